@@ -1,0 +1,155 @@
+"""torchneuron: a native PyTorch device backend ("neuron") on XLA/PJRT.
+
+``import torchneuron`` (or plain ``import torch`` with the autoload entry
+point) makes ``tensor.to("neuron")`` work.  See README.md.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+__version__ = "0.1.0"
+
+_registered = False
+
+
+def _register() -> None:
+    """Register the neuron device with PyTorch (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    import torch
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    from . import device, dispatch, runtime  # noqa: F401  (runtime turns on x64)
+
+    if torch._C._get_privateuse1_backend_name() != "neuron":
+        if torch._C._get_privateuse1_backend_name() != "privateuseone":
+            raise RuntimeError(
+                "torchneuron: the PrivateUse1 backend is already registered as "
+                f"{torch._C._get_privateuse1_backend_name()!r}")
+        _setup_privateuseone_for_python_backend(
+            "neuron", backend_module=device, hook=_hooks(), device_guard=_guard())
+    _patch_storage_methods()
+    from . import ops
+
+    ops.load_all()
+    from .ops import memory
+
+    memory.register()
+    dispatch.register_lowerings()
+    dispatch.install_fallback()
+    from . import amp
+
+    amp.register()
+    _registered = True
+
+
+def _hooks():
+    import torch
+
+    class NeuronHooks(torch._C._acc.PrivateUse1Hooks):
+        def is_available(self) -> bool:
+            from . import device
+
+            return device.is_available()
+
+        def has_primary_context(self, dev_id) -> bool:
+            return True
+
+        def is_built(self) -> bool:
+            return True
+
+    return NeuronHooks()
+
+
+def _guard():
+    import torch
+
+    class NeuronGuard(torch._C._acc.DeviceGuard):
+        def type_(self):
+            return torch._C._autograd.DeviceType.PrivateUse1
+
+    return NeuronGuard()
+
+
+def _patch_storage_methods() -> None:
+    """Storage methods that would need a C++ allocator: route them through torchneuron."""
+    import torch
+
+    from . import storage
+
+    def storage_to_neuron(self, device=None, non_blocking=False):
+        from .ops.memory import _index_of
+
+        idx = _index_of(torch.device("neuron", device) if isinstance(device, int) else device)
+        if self.device.type == "neuron" and self.device.index == idx:
+            return self
+        src = torch.empty(0, dtype=torch.uint8, device=self.device)
+        src.set_(self, 0, (self.nbytes(),), (1,))
+        dst = src.to(torch.device("neuron", idx))
+        return dst.untyped_storage()
+
+    torch.storage._StorageBase.neuron = storage_to_neuron
+
+    orig_clone = torch.storage._StorageBase.clone
+
+    def clone(self):
+        if self.device.type != "neuron":
+            return orig_clone(self)
+        src = torch.empty(0, dtype=torch.uint8, device=self.device)
+        src.set_(self, 0, (self.nbytes(),), (1,))
+        return src.clone().untyped_storage()
+
+    torch.storage._StorageBase.clone = clone
+    del storage
+
+
+def fallback_stats() -> dict:
+    """{aten op name: calls} for ops that ran on the CPU through the fallback."""
+    from . import dispatch
+
+    return dispatch.fallback_stats()
+
+
+def decomposition_stats() -> dict:
+    """{aten op name: calls} for ops run natively through a PyTorch decomposition."""
+    from . import dispatch
+
+    return dispatch.decomposition_stats()
+
+
+def set_fallback_policy(policy: str) -> str:
+    """'warn' (default), 'silent' or 'error'; returns the previous policy."""
+    from . import dispatch
+
+    return dispatch.set_fallback_policy(policy)
+
+
+class fallback_policy:
+    """Context manager: ``with torchneuron.fallback_policy("error"): ...``"""
+
+    def __init__(self, policy: str):
+        self.policy = policy
+
+    def __enter__(self):
+        self.prev = set_fallback_policy(self.policy)
+        return self
+
+    def __exit__(self, *exc):
+        set_fallback_policy(self.prev)
+        return False
+
+
+def reset_fallback_stats() -> None:
+    from . import dispatch
+
+    dispatch.reset_fallback_stats()
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: called by ``import torch``."""
+    _register()
+
+
+_register()

@@ -1,0 +1,1 @@
+"""torch.compile(backend="neuron") and the FX -> jax interpreter."""

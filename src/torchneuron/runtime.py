@@ -1,0 +1,137 @@
+"""The PJRT side: which jax platform backs the neuron device, and dtype maps.
+
+Importing this module turns on jax's x64 mode, so int64/float64/complex128
+tensors are never narrowed.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import torch
+
+jax.config.update("jax_enable_x64", True)
+
+_devices = None
+_platform = None
+
+
+def _pick_platform() -> str:
+    want = os.environ.get("TORCHNEURON_PLATFORM", "").strip().lower()
+    if want:
+        return want
+    for gpu in ("cuda", "rocm", "gpu"):
+        try:
+            if jax.devices(gpu):
+                return gpu
+        except RuntimeError:
+            continue
+    return "cpu"
+
+
+def platform() -> str:
+    if _platform is None:
+        devices()
+    return _platform
+
+
+def devices() -> list:
+    """The PJRT devices that neuron:0..N-1 map to."""
+    global _devices, _platform
+    if _devices is None:
+        plat = _pick_platform()
+        try:
+            devs = jax.devices(plat)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"torchneuron: TORCHNEURON_PLATFORM={plat!r} is not available to jax ({e})"
+            ) from None
+        _platform = devs[0].platform
+        _devices = list(devs)
+    return _devices
+
+
+def device_count() -> int:
+    try:
+        return len(devices())
+    except RuntimeError:
+        return 0
+
+
+def jax_device(index: int):
+    devs = devices()
+    if index is None:
+        index = 0
+    if not 0 <= index < len(devs):
+        raise RuntimeError(
+            f"Invalid device ordinal: neuron:{index} requested but only {len(devs)} "
+            f"neuron device(s) are available (PJRT platform {_platform!r})"
+        )
+    return devs[index]
+
+
+# torch dtype <-> jax/numpy dtype
+TORCH_TO_JAX = {
+    torch.bool: jnp.dtype(jnp.bool_),
+    torch.uint8: jnp.dtype(jnp.uint8),
+    torch.int8: jnp.dtype(jnp.int8),
+    torch.int16: jnp.dtype(jnp.int16),
+    torch.int32: jnp.dtype(jnp.int32),
+    torch.int64: jnp.dtype(jnp.int64),
+    torch.uint16: jnp.dtype(jnp.uint16),
+    torch.uint32: jnp.dtype(jnp.uint32),
+    torch.uint64: jnp.dtype(jnp.uint64),
+    torch.float16: jnp.dtype(jnp.float16),
+    torch.bfloat16: jnp.dtype(jnp.bfloat16),
+    torch.float32: jnp.dtype(jnp.float32),
+    torch.float64: jnp.dtype(jnp.float64),
+    torch.complex64: jnp.dtype(jnp.complex64),
+    torch.complex128: jnp.dtype(jnp.complex128),
+    torch.float8_e4m3fn: jnp.dtype(ml_dtypes.float8_e4m3fn),
+    torch.float8_e5m2: jnp.dtype(ml_dtypes.float8_e5m2),
+    torch.float8_e4m3fnuz: jnp.dtype(ml_dtypes.float8_e4m3fnuz),
+    torch.float8_e5m2fnuz: jnp.dtype(ml_dtypes.float8_e5m2fnuz),
+}
+JAX_TO_TORCH = {v: k for k, v in TORCH_TO_JAX.items()}
+
+# numpy cannot hold these torch dtypes: move them through an integer of the same width
+_HOST_VIA = {
+    torch.bfloat16: torch.int16,
+    torch.float8_e4m3fn: torch.int8,
+    torch.float8_e5m2: torch.int8,
+    torch.float8_e4m3fnuz: torch.int8,
+    torch.float8_e5m2fnuz: torch.int8,
+    torch.uint16: torch.int16,
+    torch.uint32: torch.int32,
+    torch.uint64: torch.int64,
+}
+
+
+def jdtype(dtype: torch.dtype):
+    try:
+        return TORCH_TO_JAX[dtype]
+    except KeyError:
+        raise TypeError(f"torchneuron: dtype {dtype} is not supported on the neuron device") from None
+
+
+def tdtype(dtype) -> torch.dtype:
+    return JAX_TO_TORCH[jnp.dtype(dtype)]
+
+
+def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A contiguous CPU tensor as a numpy array of the matching (ml_)dtype, sharing memory."""
+    via = _HOST_VIA.get(t.dtype)
+    if via is not None:
+        return t.view(via).numpy().view(TORCH_TO_JAX[t.dtype])
+    return t.numpy()
+
+
+def numpy_to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A writable numpy array as a CPU tensor of `dtype`, sharing memory."""
+    via = _HOST_VIA.get(dtype)
+    if via is not None:
+        return torch.from_numpy(a.view(TORCH_TO_JAX[via])).view(dtype)
+    return torch.from_numpy(a)

@@ -1,0 +1,420 @@
+"""Device memory: cells, fake addresses, and reading/writing views.
+
+A neuron tensor is a real PrivateUse1 ``torch.Tensor`` whose storage was made by
+``torch._C._construct_storage_from_data_pointer`` at a fake, never reused
+address.  The storage's Python object carries a :class:`Cell`: one flat jax
+array on the PJRT device, holding the storage's bytes as elements of the
+cell's dtype.  Every view of the storage shares the cell, so a write through
+any view (which replaces ``cell.arr``) is seen by all of them.
+
+The read/write helpers (``read_view``, ``write_view``) are traced inside the
+jitted executables of ``dispatch``: a view read is a reshape, a slice or a
+gather; a view write is an update-slice or a scatter into the flat array.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+from torch._C import DispatchKey, DispatchKeySet
+
+from . import runtime
+from .runtime import jdtype
+
+CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
+_SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset._handle
+_create_empty = torch._C._acc.create_empty_tensor
+_construct_storage = torch._C._construct_storage_from_data_pointer
+
+# ---------------------------------------------------------------- addresses
+# Fake device addresses: a bump pointer in a range no host allocation uses.
+# Never reused, so data_ptr() identity means storage identity.
+_ADDR_ALIGN = 512
+_addr_lock = threading.Lock()
+_next_addr = 0x7E00_0000_0000
+
+
+def _alloc_addr(nbytes: int) -> int:
+    global _next_addr
+    with _addr_lock:
+        a = _next_addr
+        _next_addr += (nbytes // _ADDR_ALIGN + 2) * _ADDR_ALIGN
+    return a
+
+
+# ---------------------------------------------------------------- accounting
+class _Stats:
+    __slots__ = ("allocated", "peak", "count", "peak_count", "total_allocs", "total_frees",
+                 "limit", "oom_count")
+
+    def __init__(self):
+        self.allocated = 0
+        self.peak = 0
+        self.count = 0
+        self.peak_count = 0
+        self.total_allocs = 0
+        self.total_frees = 0
+        self.limit = None  # bytes, or None for "what the platform has"
+        self.oom_count = 0
+
+
+_stats: dict[int, _Stats] = {}
+_live = weakref.WeakSet()
+
+
+def live_cells():
+    return _live
+
+
+def stats(index: int) -> _Stats:
+    s = _stats.get(index)
+    if s is None:
+        s = _stats[index] = _Stats()
+        env = os.environ.get("TORCHNEURON_MEMORY_LIMIT")
+        if env:
+            s.limit = parse_bytes(env)
+    return s
+
+
+def parse_bytes(text: str) -> int:
+    t = text.strip().lower().replace(" ", "")
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+             "kb": 1000, "mb": 1000**2, "gb": 1000**3, "k": 1 << 10, "m": 1 << 20,
+             "g": 1 << 30, "b": 1}
+    for u, mul in units.items():
+        if t.endswith(u):
+            return int(float(t[: -len(u)]) * mul)
+    return int(t)
+
+
+def fmt_bytes(n: int) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.2f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.2f} KiB"
+    return f"{n} bytes"
+
+
+def check_room(index: int, nbytes: int) -> None:
+    """Raise torch.OutOfMemoryError if allocating nbytes more would pass the cap."""
+    s = stats(index)
+    if s.limit is not None and s.allocated + nbytes > s.limit:
+        s.oom_count += 1
+        raise torch.OutOfMemoryError(
+            f"NEURON out of memory. Tried to allocate {fmt_bytes(nbytes)}. Device {index} "
+            f"has a memory limit of {fmt_bytes(s.limit)} of which {fmt_bytes(max(s.limit - s.allocated, 0))} "
+            f"is free. {fmt_bytes(s.allocated)} is allocated by tensors. (The limit comes from "
+            f"TORCHNEURON_MEMORY_LIMIT or torch.neuron.set_per_process_memory_fraction.)"
+        )
+
+
+class Cell:
+    """The device buffer behind one storage: a flat jax array."""
+
+    __slots__ = ("arr", "nbytes", "index", "dt", "numel", "__weakref__")
+
+    def __init__(self, arr, nbytes: int, index: int):
+        self.arr = arr
+        self.nbytes = nbytes
+        self.index = index
+        self.dt = arr.dtype  # the flat array's dtype and length never change
+        self.numel = arr.shape[0]
+        s = stats(index)
+        s.allocated += nbytes
+        s.count += 1
+        s.total_allocs += 1
+        if s.allocated > s.peak:
+            s.peak = s.allocated
+        if s.count > s.peak_count:
+            s.peak_count = s.count
+        _live.add(self)
+
+    def __del__(self):
+        try:
+            s = _stats[self.index]
+        except (KeyError, TypeError):  # interpreter shutdown
+            return
+        s.allocated -= self.nbytes
+        s.count -= 1
+        s.total_frees += 1
+
+
+# ---------------------------------------------------------------- tensors
+_devices: dict[int, torch.device] = {}
+
+
+def torch_device(index: int) -> torch.device:
+    d = _devices.get(index)
+    if d is None:
+        d = _devices[index] = torch.device("neuron", index)
+    return d
+
+
+def contiguous_strides(shape) -> tuple:
+    st = []
+    acc = 1
+    for s in reversed(shape):
+        st.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(st))
+
+
+def new_storage(cell: Cell) -> torch.UntypedStorage:
+    st = _construct_storage(_alloc_addr(cell.nbytes), torch_device(cell.index), cell.nbytes)
+    st._tn_cell = cell
+    return st
+
+
+def make_tensor(arr, dtype: torch.dtype, shape, strides, offset: int, index: int, nbytes: int):
+    """A neuron tensor over a new storage whose cell holds the flat array `arr`."""
+    st = _construct_storage(_alloc_addr(nbytes), torch_device(index), nbytes)
+    st._tn_cell = Cell(arr, nbytes, index)
+    t = _create_empty([0], dtype)
+    _SET_STORAGE.redispatch_boxed(CPU_KEYS, t, st, offset, shape, strides)
+    return t
+
+
+def set_metadata(t: torch.Tensor, storage, offset, shape, strides) -> torch.Tensor:
+    _SET_STORAGE.redispatch_boxed(CPU_KEYS, t, storage, offset, shape, strides)
+    return t
+
+
+def from_array(arr, index: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A contiguous neuron tensor holding the jax array `arr` (already on the device)."""
+    if dtype is None:
+        dtype = runtime.tdtype(arr.dtype)
+    shape = tuple(arr.shape)
+    n = math.prod(shape)
+    return make_tensor(arr.reshape(-1) if arr.ndim != 1 else arr, dtype, shape,
+                       contiguous_strides(shape), 0, index, n * dtype.itemsize)
+
+
+def cell_of(t: torch.Tensor) -> Cell:
+    try:
+        return t.untyped_storage()._tn_cell
+    except AttributeError:
+        raise RuntimeError(
+            "torchneuron: this neuron tensor has no device buffer (its storage was not "
+            "allocated by torchneuron)"
+        ) from None
+
+
+def empty(shape, dtype: torch.dtype, index: int, strides=None) -> torch.Tensor:
+    """A new tensor; its memory is zero-filled (PJRT buffers are never uninitialised)."""
+    shape = tuple(int(s) for s in shape)
+    if strides is None:
+        strides = contiguous_strides(shape)
+    else:
+        strides = tuple(int(s) for s in strides)
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+    n = storage_numel(shape, strides)
+    nbytes = n * dtype.itemsize
+    check_room(index, nbytes)
+    arr = zeros_flat(n, dtype, index)
+    return make_tensor(arr, dtype, shape, strides, 0, index, nbytes)
+
+
+def storage_numel(shape, strides, offset=0) -> int:
+    if any(s == 0 for s in shape):
+        return offset
+    return offset + 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+
+
+_zeros_cache: dict = {}
+
+
+def zeros_flat(n: int, dtype: torch.dtype, index: int):
+    key = (n, dtype, index)
+    fn = _zeros_cache.get(key)
+    if fn is None:
+        jd = jdtype(dtype)
+        sharding = jax.sharding.SingleDeviceSharding(runtime.jax_device(index))
+        fn = _zeros_cache[key] = jax.jit(lambda: jnp.zeros((n,), jd), out_shardings=sharding)
+    return fn()
+
+
+# ---------------------------------------------------------------- host transfer
+def to_device_array(cpu: torch.Tensor, index: int):
+    """Copy a CPU tensor's values (any layout) to the device as a jax array of its shape."""
+    if cpu.dtype == torch.bool or cpu.dtype in runtime._HOST_VIA or not cpu.is_contiguous():
+        cpu = cpu.contiguous()
+    a = runtime.torch_to_numpy(cpu.resolve_conj().resolve_neg())
+    return jax.device_put(a, runtime.jax_device(index), may_alias=False)
+
+
+def to_host(arr, dtype: torch.dtype) -> torch.Tensor:
+    """A jax array as a new contiguous CPU tensor (one copy)."""
+    a = np.array(arr, copy=True)
+    if not a.flags.writeable:
+        a = a.copy()
+    return runtime.numpy_to_torch(a, dtype)
+
+
+# ---------------------------------------------------------------- views (traced)
+def view_spec(t: torch.Tensor):
+    """Static description of how `t` sits in its storage's cell."""
+    return (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def _complex_part(dt):
+    return {jnp.dtype(jnp.complex64): jnp.dtype(jnp.float32),
+            jnp.dtype(jnp.complex128): jnp.dtype(jnp.float64)}.get(jnp.dtype(dt))
+
+
+def _to_bytes(flat):
+    dt = flat.dtype
+    if dt == jnp.bool_:
+        return flat.astype(jnp.uint8)
+    part = _complex_part(dt)
+    if part is not None:
+        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+        dt = part
+    if jnp.dtype(dt).itemsize == 1:
+        return lax.bitcast_convert_type(flat, jnp.uint8) if dt != jnp.uint8 else flat
+    return lax.bitcast_convert_type(flat, jnp.uint8).reshape(-1)
+
+
+def _from_bytes(b, dt):
+    dt = jnp.dtype(dt)
+    if dt == jnp.bool_:
+        return b.astype(jnp.bool_)
+    part = _complex_part(dt)
+    if part is not None:
+        f = _from_bytes(b, part).reshape(-1, 2)
+        return lax.complex(f[:, 0], f[:, 1])
+    if dt.itemsize == 1:
+        return lax.bitcast_convert_type(b, dt) if dt != jnp.uint8 else b
+    n = b.shape[0] // dt.itemsize
+    return lax.bitcast_convert_type(b[: n * dt.itemsize].reshape(n, dt.itemsize), dt)
+
+
+def reinterpret(flat, dt):
+    """The flat array's bytes as elements of dtype `dt` (view(dtype), view_as_real...)."""
+    dt = jnp.dtype(dt)
+    src = flat.dtype
+    if src == dt:
+        return flat
+    if (src.itemsize == dt.itemsize and src != jnp.bool_ and dt != jnp.bool_
+            and _complex_part(src) is None and _complex_part(dt) is None):
+        return lax.bitcast_convert_type(flat, dt)
+    if _complex_part(src) == dt:
+        return jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+    if _complex_part(dt) == src:
+        f = flat.reshape(-1, 2)
+        return lax.complex(f[:, 0], f[:, 1])
+    return _from_bytes(_to_bytes(flat), dt)
+
+
+def _perm_plan(shape, strides):
+    """If the view is a permutation of a dense block, the permutation; else None."""
+    nd = len(shape)
+    order = sorted(range(nd), key=lambda d: (shape[d] == 1, -strides[d]))
+    acc = 1
+    for d in reversed(order):
+        if shape[d] == 1:
+            continue
+        if strides[d] != acc:
+            return None
+        acc *= shape[d]
+    return order
+
+
+def _block_plan(shape, strides):
+    """A strided-slice plan for non-overlapping views whose strides divide each other.
+
+    Returns (order, base_shape, limits, block_len) or None.
+    """
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    if not dims or any(strides[d] <= 0 for d in dims):
+        return None
+    order = sorted(dims, key=lambda d: -strides[d])
+    st = [strides[d] for d in order]
+    sz = [shape[d] for d in order]
+    for i in range(1, len(order)):
+        if st[i - 1] % st[i] or st[i] * sz[i] > st[i - 1]:
+            return None
+    base = [sz[0]] + [st[i - 1] // st[i] for i in range(1, len(order))] + [st[-1]]
+    limits = sz + [1]
+    return order, tuple(base), tuple(limits), sz[0] * st[0]
+
+
+def _index_array(shape, strides, offset):
+    idx = jnp.full(shape, offset, dtype=jnp.int64)
+    for d, (s, st) in enumerate(zip(shape, strides)):
+        if s != 1 and st != 0:
+            idx = idx + lax.broadcasted_iota(jnp.int64, shape, d) * st
+    return idx
+
+
+def read_view(flat, spec):
+    """Trace: the values of the view `spec` over the flat cell array `flat`."""
+    dtype, shape, strides, offset = spec
+    jd = jdtype(dtype)
+    if flat.dtype != jd:
+        flat = reinterpret(flat, jd)
+    numel = math.prod(shape)
+    if numel == 0:
+        return jnp.zeros(shape, jd)
+    # broadcast (stride-0) dims: read one slice, then broadcast
+    if any(st == 0 and s != 1 for s, st in zip(shape, strides)):
+        sub_shape = tuple(1 if st == 0 else s for s, st in zip(shape, strides))
+        sub = read_view(flat, (dtype, sub_shape, strides, offset))
+        return jnp.broadcast_to(sub, shape)
+    order = _perm_plan(shape, strides)
+    if order is not None:
+        block = lax.slice(flat, (offset,), (offset + numel,)) if (offset or numel != flat.shape[0]) else flat
+        block = block.reshape([shape[d] for d in order])
+        if order != sorted(order):
+            inv = [order.index(d) for d in range(len(shape))]
+            block = jnp.transpose(block, inv)
+        return block
+    plan = _block_plan(shape, strides)
+    if plan is not None:
+        order, base, limits, blen = plan
+        end = offset + blen
+        seg = flat
+        if end > flat.shape[0]:
+            seg = jnp.pad(flat, (0, end - flat.shape[0]))
+        seg = lax.slice(seg, (offset,), (end,)).reshape(base)
+        seg = lax.slice(seg, (0,) * len(base), limits).reshape([shape[d] for d in order])
+        perm = [order.index(d) for d in sorted(order)]
+        out = jnp.transpose(seg, perm) if perm != list(range(len(perm))) else seg
+        return out.reshape(shape)
+    return flat[_index_array(shape, strides, offset)]
+
+
+def write_view(flat, spec, values):
+    """Trace: the flat cell array with the view `spec` overwritten by `values`."""
+    dtype, shape, strides, offset = spec
+    jd = jdtype(dtype)
+    cell_dt = flat.dtype
+    view_flat = flat if cell_dt == jd else reinterpret(flat, jd)
+    values = jnp.broadcast_to(values.astype(jd), shape)
+    numel = math.prod(shape)
+    if numel == 0:
+        return flat
+    order = _perm_plan(shape, strides)
+    if order is not None:
+        if order != sorted(order):
+            values = jnp.transpose(values, order)
+        vflat = values.reshape(-1)
+        if offset == 0 and numel == view_flat.shape[0]:
+            new = vflat
+        else:
+            new = lax.dynamic_update_slice(view_flat, vflat, (offset,))
+    else:
+        idx = _index_array(shape, strides, offset)
+        new = view_flat.at[idx.reshape(-1)].set(values.reshape(-1))
+    if cell_dt != jd:
+        new = reinterpret(new, cell_dt)
+    return new
