@@ -229,9 +229,8 @@ class _Walk:
         if isinstance(v, list):
             return tuple(v)
         if isinstance(v, torch.device):
-            if v.type == "neuron":
-                if self.index is None:
-                    self.index = v.index if v.index is not None else _current_device()
+            if v.type == "neuron" and self.index is None:
+                self.index = v.index if v.index is not None else _current_device()
             return ("dev", v.type)
         return v
 
@@ -275,6 +274,7 @@ class Entry:
         if kwargs:
             kind_of = sch.kind_of
             toks.append(tuple((k, w.value(v, kind_of[k], k)) for k, v in kwargs.items()))
+        toks.append(w.index)
         key = tuple(toks)
         exe = self.cache.get(key)
         if exe is None:
