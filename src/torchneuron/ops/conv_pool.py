@@ -1,0 +1,455 @@
+"""Convolution (1-3d, transposed, grouped) and pooling (max, avg, adaptive), with backward.
+
+Convolutions are one ``lax.conv_general_dilated`` each (HIGHEST precision for
+float32, float32 accumulation for float16/bfloat16).  A transposed convolution
+is computed as the linear transpose of the matching forward convolution (that
+is PyTorch's definition of it), and convolution_backward as the vjp of the
+forward, so every stride/padding/dilation/groups/output_padding combination is
+exact by construction and XLA picks the gradient convolutions.
+
+Max pooling is one variadic ``lax.reduce_window`` over (value, flat index)
+pairs whose combiner reproduces PyTorch's choice of index (first maximum in
+scan order; NaN wins, the last NaN of a window); its backward scatters the
+gradient back through the indices.  Average pooling is a windowed sum divided
+by PyTorch's divisor (count_include_pad, ceil_mode, divisor_override), with the
+vjp as backward.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..lowering import cast, lower, out_dtype, out_meta
+
+HIGHEST = lax.Precision.HIGHEST
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+
+
+def _acc(dt):
+    dt = jnp.dtype(dt)
+    return jnp.dtype(jnp.float32) if dt in _HALF else dt
+
+
+def _prec(dt):
+    return HIGHEST if jnp.issubdtype(dt, jnp.inexact) else None
+
+
+def _dn(nd):
+    sp = "DHW"[3 - nd:] if nd <= 3 else None
+    if sp is None:
+        raise NotImplementedError(f"torchneuron: {nd}-d convolution")
+    return ("NC" + sp, "OI" + sp, "NC" + sp)
+
+
+def _tup(v, n):
+    v = list(v)
+    if len(v) == 1 and n > 1:
+        v = v * n
+    return tuple(int(x) for x in v)
+
+
+# ---------------------------------------------------------------- convolution
+def _conv_fwd(x, w, stride, padding, dilation, groups, pref=None):
+    nd = x.ndim - 2
+    return lax.conv_general_dilated(
+        x, w, window_strides=stride, padding=[(p, p) for p in padding],
+        rhs_dilation=dilation, dimension_numbers=_dn(nd), feature_group_count=groups,
+        precision=_prec(x.dtype), preferred_element_type=pref)
+
+
+def _conv_t(x, w, stride, padding, dilation, groups, out_shape):
+    """Transposed convolution: the transpose of the forward conv from out_shape."""
+    def fwd(z):
+        return _conv_fwd(z, w, stride, padding, dilation, groups)
+
+    (r,) = jax.linear_transpose(fwd, jax.ShapeDtypeStruct(out_shape, x.dtype))(x)
+    return r
+
+
+def _conv_any(x, w, stride, padding, dilation, transposed, groups, out_shape, pref=None):
+    if transposed:
+        return _conv_t(x, w, stride, padding, dilation, groups, out_shape)
+    return _conv_fwd(x, w, stride, padding, dilation, groups, pref)
+
+
+def _conv_args(x, stride, padding, dilation, output_padding):
+    nd = x.ndim - 2
+    return (_tup(stride, nd), _tup(padding, nd), _tup(dilation, nd), _tup(output_padding, nd))
+
+
+@lower("convolution.default", "convolution_overrideable.default", "_convolution.default")
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                groups, *rest):
+    dt = out_dtype()
+    out_shape = tuple(out_meta().shape) if not isinstance(out_meta(), (list, tuple)) else None
+    unbatched = input.ndim == weight.ndim - 1
+    x = input[None] if unbatched else input
+    x, w = cast(x, dt), cast(weight, dt)
+    stride, padding, dilation, output_padding = _conv_args(x, stride, padding, dilation,
+                                                           output_padding)
+    acc = _acc(dt)
+    if x.shape[0] == 0 or (transposed and 0 in x.shape[1:2]):
+        shape = out_shape if not unbatched else (1,) + out_shape
+        r = jnp.zeros(shape, acc)
+    elif transposed:
+        in_shape = (x.shape[0],) + tuple(out_shape[-(x.ndim - 1):])
+        r = cast(_conv_t(x, w, stride, padding, dilation, groups, in_shape), acc)
+    else:
+        r = _conv_fwd(x, w, stride, padding, dilation, groups, pref=acc)
+    if bias is not None:
+        r = r + cast(bias, acc).reshape((1, -1) + (1,) * (r.ndim - 2))
+    if unbatched:
+        r = r[0]
+    return cast(r, dt)
+
+
+@lower("convolution_backward.default", "convolution_backward_overrideable.default")
+def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                         transposed, output_padding, groups, output_mask):
+    dt = jnp.dtype(input.dtype)
+    x, w, g = input, cast(weight, dt), cast(grad_output, dt)
+    stride, padding, dilation, output_padding = _conv_args(x, stride, padding, dilation,
+                                                           output_padding)
+    gi = gw = gb = None
+    if output_mask[0] or output_mask[1]:
+        if x.shape[0] == 0 or 0 in g.shape:
+            gi, gw = jnp.zeros(x.shape, dt), jnp.zeros(w.shape, dt)
+        else:
+            def f(x_, w_):
+                return _conv_any(x_, w_, stride, padding, dilation, transposed, groups,
+                                 tuple(g.shape))
+
+            _, vjp = jax.vjp(f, x, w)
+            gi, gw = vjp(g)
+    if output_mask[2]:
+        axes = (0,) + tuple(range(2, g.ndim))
+        gb = jnp.sum(cast(g, _acc(dt)), axis=axes)
+    return (gi if output_mask[0] else None, gw if output_mask[1] else None, gb)
+
+
+# ---------------------------------------------------------------- pooling helpers
+def _lowest(dt):
+    if jnp.issubdtype(dt, jnp.floating):
+        return jnp.array(-jnp.inf, dt)
+    if dt == jnp.bool_:
+        return jnp.array(False)
+    return jnp.array(jnp.iinfo(dt).min, dt)
+
+
+_NO_INDEX = 2 ** 62
+
+
+def _argmax_combine(a, b):
+    """(value, index) pairs: PyTorch's max-pool choice as a commutative, associative op.
+
+    Larger value wins; on equal values the smaller (earlier) index; NaN beats
+    everything, and between NaNs the larger (later) index, as PyTorch's
+    ``if (val > maxval || isnan(val))`` scan does.
+    """
+    av, ai = a
+    bv, bi = b
+    if jnp.issubdtype(av.dtype, jnp.floating):
+        an, bn = jnp.isnan(av), jnp.isnan(bv)
+        plain = (bv > av) | ((bv == av) & (bi < ai))
+        take_b = jnp.where(an & bn, bi > ai, jnp.where(an, False, jnp.where(bn, True, plain)))
+    else:
+        take_b = (bv > av) | ((bv == av) & (bi < ai))
+    return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
+
+
+def _flat_index(spatial, batch_shape):
+    """int64 array of batch_shape + spatial holding each position's flat spatial index."""
+    nd = len(spatial)
+    full = tuple(batch_shape) + tuple(spatial)
+    idx = jnp.zeros(full, jnp.int64)
+    mul = 1
+    for i in range(nd - 1, -1, -1):
+        ax = len(batch_shape) + i
+        idx = idx + lax.broadcasted_iota(jnp.int64, full, ax) * mul
+        mul *= spatial[i]
+    return idx
+
+
+def _pool_geometry(in_sp, out_sp, kernel, stride, padding, dilation):
+    """reduce_window padding that makes exactly out_sp windows (ceil_mode included)."""
+    pads = []
+    for i, k, s, p, d, o in zip(in_sp, kernel, stride, padding, dilation, out_sp):
+        need = (o - 1) * s + (k - 1) * d + 1 if o > 0 else 0
+        hi = max(need - i - p, 0)
+        pads.append((p, hi))
+    return pads
+
+
+def _pool_params(nd, kernel, stride, padding, dilation=None):
+    kernel = _tup(kernel, nd)
+    stride = _tup(stride, nd) if len(stride) else kernel
+    padding = _tup(padding, nd)
+    dilation = _tup(dilation, nd) if dilation is not None else (1,) * nd
+    return kernel, stride, padding, dilation
+
+
+def _max_pool(x, nd, kernel, stride, padding, dilation):
+    kernel, stride, padding, dilation = _pool_params(nd, kernel, stride, padding, dilation)
+    m = out_meta()[0]
+    out_sp = tuple(m.shape[-nd:])
+    batch = x.shape[:-nd]
+    in_sp = x.shape[-nd:]
+    if 0 in x.shape or 0 in out_sp:
+        return jnp.zeros(tuple(m.shape), x.dtype), jnp.zeros(tuple(m.shape), jnp.int64)
+    pads = [(0, 0)] * len(batch) + _pool_geometry(in_sp, out_sp, kernel, stride, padding,
+                                                  dilation)
+    ones = (1,) * len(batch)
+    idx = _flat_index(in_sp, batch)
+    v, i = lax.reduce_window(
+        (x, idx), (_lowest(x.dtype), jnp.array(_NO_INDEX, jnp.int64)), _argmax_combine,
+        ones + kernel, ones + stride, pads, window_dilation=ones + dilation)
+    return v, i
+
+
+@lower("max_pool2d_with_indices.default")
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,),
+                            ceil_mode=False):
+    return _max_pool(x, 2, kernel_size, stride, padding, dilation)
+
+
+@lower("max_pool3d_with_indices.default")
+def max_pool3d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,),
+                            ceil_mode=False):
+    return _max_pool(x, 3, kernel_size, stride, padding, dilation)
+
+
+def _scatter_by_index(g, indices, in_shape, nd):
+    """grad_input[..., indices[j]] += g[..., j] over the flattened spatial dims."""
+    batch = in_shape[:-nd]
+    B = math.prod(batch)
+    n_in = math.prod(in_shape[-nd:])
+    acc = _acc(g.dtype)
+    gf = cast(g, acc).reshape(B, -1)
+    idx = indices.reshape(B, -1)
+    rows = lax.broadcasted_iota(jnp.int64, idx.shape, 0)
+    out = jnp.zeros((B, n_in), acc).at[rows, idx].add(gf, mode="drop")
+    return cast(out.reshape(in_shape), g.dtype)
+
+
+@lower("max_pool2d_with_indices_backward.default")
+def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, padding, dilation,
+                                     ceil_mode, indices):
+    return _scatter_by_index(grad_output, indices, x.shape, 2)
+
+
+@lower("max_pool3d_with_indices_backward.default")
+def max_pool3d_with_indices_backward(grad_output, x, kernel_size, stride, padding, dilation,
+                                     ceil_mode, indices):
+    return _scatter_by_index(grad_output, indices, x.shape, 3)
+
+
+def _avg_divisor(in_sp, out_sp, kernel, stride, padding, count_include_pad, divisor_override):
+    """PyTorch's per-output-position divisor (static: depends only on shapes)."""
+    if divisor_override is not None:
+        return None
+    per_axis = []
+    for i, o, k, s, p in zip(in_sp, out_sp, kernel, stride, padding):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, i + p)
+        pool = end - start
+        cs, ce = np.maximum(start, 0), np.minimum(end, i)
+        per_axis.append(pool if count_include_pad else np.maximum(ce - cs, 0))
+    div = per_axis[0]
+    for a in per_axis[1:]:
+        div = np.multiply.outer(div, a)
+    return div
+
+
+def _avg_pool(x, nd, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override, out_sp):
+    kernel, stride, padding, _ = _pool_params(nd, kernel_size, stride, padding)
+    dt = jnp.dtype(x.dtype)
+    acc = _acc(dt)
+    batch = x.shape[:-nd]
+    in_sp = x.shape[-nd:]
+    if 0 in x.shape or 0 in out_sp:
+        return jnp.zeros(tuple(batch) + tuple(out_sp), acc)
+    pads = [(0, 0)] * len(batch) + _pool_geometry(in_sp, out_sp, kernel, stride, padding,
+                                                  (1,) * nd)
+    ones = (1,) * len(batch)
+    s = lax.reduce_window(cast(x, acc), np.array(0, acc), lax.add, ones + kernel,
+                          ones + stride, pads)
+    if divisor_override is not None:
+        div = jnp.asarray(divisor_override, acc)
+    else:
+        div = jnp.asarray(_avg_divisor(in_sp, out_sp, kernel, stride, padding,
+                                       count_include_pad, None), acc)
+    if jnp.issubdtype(acc, jnp.integer):
+        return lax.div(s, div)
+    return s / div
+
+
+@lower("avg_pool2d.default")
+def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    out_sp = tuple(out_meta().shape[-2:])
+    return _avg_pool(x, 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, out_sp)
+
+
+@lower("avg_pool3d.default")
+def avg_pool3d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    out_sp = tuple(out_meta().shape[-3:])
+    return _avg_pool(x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, out_sp)
+
+
+def _linear_vjp(f, x_shape, dt, g):
+    """The vjp of a linear function of one array of x_shape (computed in dt)."""
+    (r,) = jax.linear_transpose(f, jax.ShapeDtypeStruct(tuple(x_shape), dt))(g)
+    return r
+
+
+def _avg_pool_backward(nd, grad_output, x, kernel_size, stride, padding, ceil_mode,
+                       count_include_pad, divisor_override):
+    dt = jnp.dtype(x.dtype)
+    acc = _acc(dt)
+    out_sp = tuple(grad_output.shape[-nd:])
+    if 0 in x.shape or 0 in out_sp:
+        return jnp.zeros(x.shape, dt)
+
+    def f(z):
+        return _avg_pool(z, nd, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override, out_sp)
+
+    return cast(_linear_vjp(f, x.shape, acc, cast(grad_output, acc)), dt)
+
+
+@lower("avg_pool2d_backward.default")
+def avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override):
+    return _avg_pool_backward(2, grad_output, x, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)
+
+
+@lower("avg_pool3d_backward.default")
+def avg_pool3d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override):
+    return _avg_pool_backward(3, grad_output, x, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)
+
+
+# ---------------------------------------------------------------- adaptive pooling
+def _adaptive_bounds(i, o):
+    k = np.arange(o)
+    start = (k * i) // o
+    end = -((-(k + 1) * i) // o)  # ceil
+    return start, end
+
+
+def _adaptive_avg(x, out_sp):
+    nd = len(out_sp)
+    dt = jnp.dtype(x.dtype)
+    acc = _acc(dt)
+    batch = x.shape[:-nd]
+    if 0 in x.shape or 0 in out_sp:
+        return jnp.zeros(tuple(batch) + tuple(out_sp), acc)
+    r = cast(x, acc)
+    div = None
+    for j, o in enumerate(out_sp):
+        ax = len(batch) + j
+        i = x.shape[ax]
+        start, end = _adaptive_bounds(i, o)
+        cnt = end - start
+        if i % o == 0:  # equal windows: reshape and sum
+            shp = r.shape[:ax] + (o, i // o) + r.shape[ax + 1:]
+            r = jnp.sum(r.reshape(shp), axis=ax + 1)
+        else:  # overlapping windows: a 0/1 matrix product (exact sums)
+            pos = np.arange(i)
+            S = ((pos[None, :] >= start[:, None]) & (pos[None, :] < end[:, None])).astype(
+                np.float64)
+            r = lax.dot_general(r, jnp.asarray(S, acc), (((ax,), (1,)), ((), ())),
+                                precision=_prec(acc))
+            r = jnp.moveaxis(r, -1, ax)
+        div = cnt if div is None else np.multiply.outer(div, cnt)
+    return r / jnp.asarray(div, acc)
+
+
+@lower("_adaptive_avg_pool2d.default", "_adaptive_avg_pool3d.default")
+def adaptive_avg_pool(x, output_size):
+    return _adaptive_avg(x, tuple(int(v) for v in output_size))
+
+
+def _adaptive_avg_backward(nd, grad_output, x):
+    dt = jnp.dtype(x.dtype)
+    acc = _acc(dt)
+    out_sp = tuple(grad_output.shape[-nd:])
+    if 0 in x.shape:
+        return jnp.zeros(x.shape, dt)
+    return cast(_linear_vjp(lambda z: _adaptive_avg(z, out_sp), x.shape, acc,
+                            cast(grad_output, acc)), dt)
+
+
+@lower("_adaptive_avg_pool2d_backward.default")
+def adaptive_avg_pool2d_backward(grad_output, x):
+    return _adaptive_avg_backward(2, grad_output, x)
+
+
+@lower("_adaptive_avg_pool3d_backward.default")
+def adaptive_avg_pool3d_backward(grad_output, x):
+    return _adaptive_avg_backward(3, grad_output, x)
+
+
+def _adaptive_max(x, out_sp):
+    nd = len(out_sp)
+    batch = x.shape[:-nd]
+    in_sp = x.shape[-nd:]
+    if 0 in x.shape or 0 in out_sp:
+        shp = tuple(batch) + tuple(out_sp)
+        return jnp.zeros(shp, x.dtype), jnp.zeros(shp, jnp.int64)
+    if all(i % o == 0 for i, o in zip(in_sp, out_sp)):  # a plain max pool
+        k = tuple(i // o for i, o in zip(in_sp, out_sp))
+        ones = (1,) * len(batch)
+        idx = _flat_index(in_sp, batch)
+        return lax.reduce_window(
+            (x, idx), (_lowest(x.dtype), jnp.array(_NO_INDEX, jnp.int64)), _argmax_combine,
+            ones + k, ones + k, "VALID")
+    vals = x
+    idx = _flat_index(in_sp, batch)
+    valid = jnp.ones(x.shape, bool)
+    nb = len(batch)
+    # gather every window along each axis: axis j becomes (out_j, K_j)
+    for j, (i, o) in enumerate(zip(in_sp, out_sp)):
+        ax = nb + 2 * j
+        start, end = _adaptive_bounds(i, o)
+        K = int((end - start).max())
+        pos = start[:, None] + np.arange(K)[None, :]
+        ok = pos < end[:, None]
+        pos = np.minimum(pos, i - 1).reshape(-1)
+        def take(a):
+            a = jnp.take(a, jnp.asarray(pos), axis=ax)
+            return a.reshape(a.shape[:ax] + (o, K) + a.shape[ax + 1:])
+        vals, idx, valid = take(vals), take(idx), take(valid)
+        okshape = [1] * vals.ndim
+        okshape[ax], okshape[ax + 1] = o, K
+        valid = valid & jnp.asarray(ok).reshape(okshape)
+    vals = jnp.where(valid, vals, _lowest(x.dtype))
+    idx = jnp.where(valid, idx, jnp.int64(_NO_INDEX))
+    red = tuple(nb + 2 * j + 1 for j in range(nd))
+    return lax.reduce((vals, idx), (_lowest(x.dtype), jnp.array(_NO_INDEX, jnp.int64)),
+                      _argmax_combine, red)
+
+
+@lower("adaptive_max_pool2d.default", "adaptive_max_pool3d.default")
+def adaptive_max_pool(x, output_size):
+    return _adaptive_max(x, tuple(int(v) for v in output_size))
+
+
+@lower("adaptive_max_pool2d_backward.default")
+def adaptive_max_pool2d_backward(grad_output, x, indices):
+    return _scatter_by_index(grad_output, indices, x.shape, 2)
+
+
+@lower("adaptive_max_pool3d_backward.default")
+def adaptive_max_pool3d_backward(grad_output, x, indices):
+    return _scatter_by_index(grad_output, indices, x.shape, 3)
