@@ -1,0 +1,721 @@
+"""Reductions, scans, sorting and searching.
+
+sum/mean/prod/nansum, amax/amin/max/min/argmax/argmin/aminmax, var/std(+_mean),
+vector norms, logsumexp, all/any/count_nonzero, cumsum/cumprod/cummax/cummin/
+logcumsumexp, sort/topk/kthvalue/median/nanmedian/mode, searchsorted/bucketize,
+histc, _cdist_forward/_cdist_backward, and the kernels for aten::equal and
+aten::bincount (a Python bool / a data-dependent size: they read one value back).
+
+Conventions (PyTorch's, checked against the CPU kernels):
+- float16/bfloat16 accumulate in float32 and round once, like CPU's acc_type.
+- max/min/argmax/argmin pick the first occurrence; NaN wins (first NaN).
+- sort is always stable; NaN sorts as the largest value, -0.0 == 0.0.
+- cummax/cummin take the last index on ties, like CPU (>= / <= scan).
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from .. import runtime
+from ..lowering import cast, is_float, lower, out_dtype, out_meta
+
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+
+
+def _acc(dt):
+    """The dtype CPU accumulates `dt` in."""
+    dt = jnp.dtype(dt)
+    return jnp.dtype(jnp.float32) if dt in _HALF else dt
+
+
+def _is_complex(dt):
+    return jnp.issubdtype(dt, jnp.complexfloating)
+
+
+def _real_dtype(dt):
+    dt = jnp.dtype(dt)
+    if dt == jnp.complex64:
+        return jnp.dtype(jnp.float32)
+    if dt == jnp.complex128:
+        return jnp.dtype(jnp.float64)
+    return dt
+
+
+def _axes(dim, ndim, empty_all=True):
+    """Reduction axes for an int / int list / None `dim`."""
+    if ndim == 0:
+        return ()
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    if len(dim) == 0:
+        return tuple(range(ndim)) if empty_all else ()
+    return tuple(sorted({d % ndim for d in dim}))
+
+
+def _axis(dim, ndim):
+    return dim % ndim if ndim else 0
+
+
+def _sum_dtype(x, dtype):
+    """Result dtype of sum/prod/cumsum (ints and bool promote to int64)."""
+    dt = out_dtype()
+    if dt is not None:
+        return dt
+    if dtype is not None:
+        return runtime.jdtype(dtype)
+    if x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.integer):
+        return jnp.dtype(jnp.int64)
+    return x.dtype
+
+
+# ---------------------------------------------------------------- sum / mean / prod
+@lower("sum.dim_IntList", "sum.default")
+def sum_(x, dim=None, keepdim=False, *, dtype=None):
+    dt = _sum_dtype(x, dtype)
+    axes = _axes(dim, x.ndim)
+    xa = cast(x, _acc(dt))
+    if xa.dtype == jnp.bool_:
+        return jnp.any(xa, axis=axes, keepdims=keepdim)
+    return jnp.sum(xa, axis=axes, keepdims=keepdim)
+
+
+@lower("nansum.default")
+def nansum(x, dim=None, keepdim=False, *, dtype=None):
+    if is_float(x.dtype) and not _is_complex(x.dtype):
+        x = jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), x)
+    return sum_(x, dim, keepdim, dtype=dtype)
+
+
+@lower("mean.default", "mean.dim")
+def mean(x, dim=None, keepdim=False, *, dtype=None):
+    dt = out_dtype() or (runtime.jdtype(dtype) if dtype is not None else x.dtype)
+    axes = _axes(dim, x.ndim)
+    xa = cast(x, _acc(dt))
+    n = math.prod(x.shape[a] for a in axes)
+    s = jnp.sum(xa, axis=axes, keepdims=keepdim)
+    return s / jnp.asarray(n, _real_dtype(xa.dtype)) if n else s * jnp.asarray(jnp.nan, _real_dtype(xa.dtype))
+
+
+@lower("prod.default", "prod.dim_int")
+def prod(x, dim=None, keepdim=False, *, dtype=None):
+    dt = _sum_dtype(x, dtype)
+    axes = _axes(dim, x.ndim)
+    xa = cast(x, _acc(dt))
+    if xa.dtype == jnp.bool_:
+        return jnp.all(xa, axis=axes, keepdims=keepdim)
+    return jnp.prod(xa, axis=axes, keepdims=keepdim)
+
+
+# ---------------------------------------------------------------- max / min family
+def _max(x, axes, keepdim):
+    return jnp.max(x, axis=axes, keepdims=keepdim)
+
+
+def _min(x, axes, keepdim):
+    return jnp.min(x, axis=axes, keepdims=keepdim)
+
+
+@lower("amax.default")
+def amax(x, dim=(), keepdim=False):
+    return _max(x, _axes(dim, x.ndim), keepdim)
+
+
+@lower("amin.default")
+def amin(x, dim=(), keepdim=False):
+    return _min(x, _axes(dim, x.ndim), keepdim)
+
+
+@lower("max.default")
+def max_all(x):
+    return jnp.max(x)
+
+
+@lower("min.default")
+def min_all(x):
+    return jnp.min(x)
+
+
+def _arg(x, axis, largest):
+    """First index of the max (min); the first NaN wins (jnp.argmax semantics)."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    return jnp.argmax(x, axis=axis) if largest else jnp.argmin(x, axis=axis)
+
+
+def _val_idx(x, dim, keepdim, largest):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = _axis(dim, x.ndim)
+    idx = jnp.expand_dims(_arg(x, d, largest), d)
+    vals = jnp.take_along_axis(x, idx, axis=d)
+    if not keepdim:
+        vals, idx = jnp.squeeze(vals, d), jnp.squeeze(idx, d)
+    return vals, idx
+
+
+@lower("max.dim")
+def max_dim(x, dim, keepdim=False):
+    return _val_idx(x, dim, keepdim, True)
+
+
+@lower("min.dim")
+def min_dim(x, dim, keepdim=False):
+    return _val_idx(x, dim, keepdim, False)
+
+
+def _argmaxmin(x, dim, keepdim, largest):
+    if x.ndim == 0:
+        return jnp.zeros((), jnp.int64)
+    if dim is None:
+        r = _arg(x.reshape(-1), 0, largest)
+        return r.reshape((1,) * x.ndim) if keepdim else r
+    d = _axis(dim, x.ndim)
+    r = _arg(x, d, largest)
+    return jnp.expand_dims(r, d) if keepdim else r
+
+
+@lower("argmax.default")
+def argmax(x, dim=None, keepdim=False):
+    return _argmaxmin(x, dim, keepdim, True)
+
+
+@lower("argmin.default")
+def argmin(x, dim=None, keepdim=False):
+    return _argmaxmin(x, dim, keepdim, False)
+
+
+@lower("aminmax.default")
+def aminmax(x, *, dim=None, keepdim=False):
+    if dim is None:
+        axes = tuple(range(x.ndim))
+    else:
+        axes = _axes([dim], x.ndim)
+    mn, mx = _min(x, axes, keepdim), _max(x, axes, keepdim)
+    return mn, mx
+
+
+# ---------------------------------------------------------------- var / std
+def _var_mean(x, dim, correction, keepdim):
+    axes = _axes(dim, x.ndim)
+    xa = cast(x, _acc(x.dtype))
+    if correction is None:
+        correction = 1
+    n = math.prod(x.shape[a] for a in axes)
+    rdt = _real_dtype(xa.dtype)
+    m = jnp.mean(xa, axis=axes, keepdims=True) if n else \
+        jnp.full(tuple(1 if i in axes else s for i, s in enumerate(x.shape)), jnp.nan, xa.dtype)
+    d = xa - m
+    sq = d.real * d.real + d.imag * d.imag if _is_complex(d.dtype) else d * d
+    denom = max(n - correction, 0)
+    var = jnp.sum(sq, axis=axes, keepdims=keepdim) / jnp.asarray(denom, rdt)
+    if not keepdim:
+        m = jnp.squeeze(m, axes) if axes else m
+    return var, m
+
+
+@lower("var.correction", static=("correction",))
+def var(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction, keepdim)[0]
+
+
+@lower("std.correction", static=("correction",))
+def std(x, dim=None, *, correction=None, keepdim=False):
+    return jnp.sqrt(_var_mean(x, dim, correction, keepdim)[0])
+
+
+@lower("var_mean.correction", static=("correction",))
+def var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction, keepdim)
+
+
+@lower("std_mean.correction", static=("correction",))
+def std_mean(x, dim=None, *, correction=None, keepdim=False):
+    v, m = _var_mean(x, dim, correction, keepdim)
+    return jnp.sqrt(v), m
+
+
+# ---------------------------------------------------------------- norms
+def _vnorm(x, ord, axes, keepdim):
+    rdt = _real_dtype(_acc(x.dtype))
+    a = jnp.abs(cast(x, _acc(x.dtype))).astype(rdt)
+    if ord == math.inf:
+        return jnp.max(a, axis=axes, keepdims=keepdim)
+    if ord == -math.inf:
+        return jnp.min(a, axis=axes, keepdims=keepdim)
+    if ord == 0:
+        return jnp.sum((a != 0).astype(rdt), axis=axes, keepdims=keepdim)
+    if ord == 1:
+        return jnp.sum(a, axis=axes, keepdims=keepdim)
+    if ord == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=axes, keepdims=keepdim))
+    p = jnp.asarray(ord, rdt)
+    return jnp.power(jnp.sum(jnp.power(a, p), axis=axes, keepdims=keepdim), 1 / p)
+
+
+def _ord(v):
+    if v is None:
+        return 2.0
+    return float(v) if not isinstance(v, bool) else float(int(v))
+
+
+@lower("linalg_vector_norm.default", static=("ord",))
+def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        x = cast(x, runtime.jdtype(dtype))
+    return _vnorm(x, _ord(ord), _axes(dim, x.ndim), keepdim)
+
+
+@lower("norm.Scalar", static=("p",))
+def norm_scalar(x, p=2):
+    return _vnorm(x, _ord(p), _axes(None, x.ndim), False)
+
+
+@lower("norm.ScalarOpt_dim", static=("p",))
+def norm_dim(x, p, dim, keepdim=False):
+    return _vnorm(x, _ord(p), _axes(dim, x.ndim), keepdim)
+
+
+@lower("norm.ScalarOpt_dim_dtype", static=("p",))
+def norm_dim_dtype(x, p, dim, keepdim, *, dtype):
+    return _vnorm(cast(x, runtime.jdtype(dtype)), _ord(p), _axes(dim, x.ndim), keepdim)
+
+
+@lower("norm.ScalarOpt_dtype", static=("p",))
+def norm_dtype(x, p, *, dtype):
+    return _vnorm(cast(x, runtime.jdtype(dtype)), _ord(p), _axes(None, x.ndim), False)
+
+
+# ---------------------------------------------------------------- logsumexp
+@lower("logsumexp.default")
+def logsumexp(x, dim, keepdim=False):
+    dt = out_dtype() or (x.dtype if is_float(x.dtype) else jnp.dtype(jnp.float32))
+    xa = cast(x, _acc(dt))
+    axes = _axes(dim, x.ndim)
+    if x.size == 0:
+        return jnp.log(jnp.sum(jnp.exp(xa), axis=axes, keepdims=keepdim))
+    re = xa.real if _is_complex(xa.dtype) else xa
+    m = jnp.max(re, axis=axes, keepdims=True)
+    m = jnp.where(jnp.isinf(m), jnp.zeros((), m.dtype), m)
+    r = jnp.log(jnp.sum(jnp.exp(xa - m), axis=axes, keepdims=True)) + m
+    if not keepdim and axes:
+        r = jnp.squeeze(r, axes)
+    return r
+
+
+# ---------------------------------------------------------------- all / any / count_nonzero
+def _nz(x):
+    return x if x.dtype == jnp.bool_ else x != 0
+
+
+@lower("all.default")
+def all_(x):
+    return jnp.all(_nz(x))
+
+
+@lower("any.default")
+def any_(x):
+    return jnp.any(_nz(x))
+
+
+@lower("all.dim")
+def all_dim(x, dim, keepdim=False):
+    return jnp.all(_nz(x), axis=_axes(dim, x.ndim), keepdims=keepdim)
+
+
+@lower("any.dim")
+def any_dim(x, dim, keepdim=False):
+    return jnp.any(_nz(x), axis=_axes(dim, x.ndim), keepdims=keepdim)
+
+
+@lower("all.dims")
+def all_dims(x, dim=None, keepdim=False):
+    return jnp.all(_nz(x), axis=_axes(dim, x.ndim, empty_all=False), keepdims=keepdim)
+
+
+@lower("any.dims")
+def any_dims(x, dim=None, keepdim=False):
+    return jnp.any(_nz(x), axis=_axes(dim, x.ndim, empty_all=False), keepdims=keepdim)
+
+
+@lower("count_nonzero.default", "count_nonzero.dim_IntList")
+def count_nonzero(x, dim=None):
+    return jnp.sum(_nz(x).astype(jnp.int64), axis=_axes(dim, x.ndim))
+
+
+# ---------------------------------------------------------------- scans
+@lower("cumsum.default")
+def cumsum(x, dim, *, dtype=None):
+    dt = _sum_dtype(x, dtype)
+    xa = cast(x, _acc(dt))
+    if x.ndim == 0 or x.size == 0:
+        return xa
+    if xa.dtype == jnp.bool_:
+        xa = xa.astype(jnp.int64)
+    return lax.cumsum(xa, axis=_axis(dim, x.ndim))
+
+
+@lower("cumprod.default")
+def cumprod(x, dim, *, dtype=None):
+    dt = _sum_dtype(x, dtype)
+    xa = cast(x, _acc(dt))
+    if x.ndim == 0 or x.size == 0:
+        return xa
+    if xa.dtype == jnp.bool_:
+        xa = xa.astype(jnp.int64)
+    return lax.cumprod(xa, axis=_axis(dim, x.ndim))
+
+
+def _cum_ext(x, dim, largest):
+    """cummax/cummin: values and the index of the last extremum so far (NaN wins)."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = _axis(dim, x.ndim)
+    idx = lax.broadcasted_iota(jnp.int64, x.shape, d)
+    if x.size == 0:
+        return x, idx
+    v = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
+    flt = is_float(v.dtype)
+
+    def combine(a, b):
+        va, ia = a
+        vb, ib = b
+        better = (vb >= va) if largest else (vb <= va)
+        if flt:
+            better = jnp.isnan(vb) | (~jnp.isnan(va) & better)
+        return jnp.where(better, vb, va), jnp.where(better, ib, ia)
+
+    vals, inds = lax.associative_scan(combine, (v, idx), axis=d)
+    return vals.astype(x.dtype), inds
+
+
+@lower("cummax.default")
+def cummax(x, dim):
+    return _cum_ext(x, dim, True)
+
+
+@lower("cummin.default")
+def cummin(x, dim):
+    return _cum_ext(x, dim, False)
+
+
+def _logaddexp(x, y):
+    """CPU's _log_add_exp_helper (the logcumsumexp combine), real and complex."""
+    if _is_complex(x.dtype):
+        xnan = jnp.isnan(x.real) | jnp.isnan(x.imag)
+        ynan = jnp.isnan(y.real) | jnp.isnan(y.imag)
+        lt = x.real < y.real
+        mn = jnp.where(ynan, y, jnp.where(xnan, x, jnp.where(lt, x, y)))
+        mx = jnp.where(ynan, y, jnp.where(xnan, x, jnp.where(lt, y, x)))
+        mnr, mxr = mn.real, mx.real
+        nan = jnp.full(x.shape, complex(math.nan, math.nan), x.dtype)
+        inf_case = jnp.where(mnr < 0, mn, jnp.log(jnp.exp(mn) + jnp.exp(mx)))
+        normal = jnp.log1p(jnp.exp(mn - mx)) + mx
+        return jnp.where(jnp.isnan(mnr) | jnp.isnan(mn.imag), nan,
+                         jnp.where(~jnp.isfinite(mnr) & (mnr == mxr), inf_case, normal))
+    mn = jnp.where(jnp.isnan(y), y, jnp.minimum(x, y))
+    mx = jnp.where(jnp.isnan(y), y, jnp.maximum(x, y))
+    return jnp.where((mn != mx) | jnp.isfinite(mn), jnp.log1p(jnp.exp(mn - mx)) + mx, x)
+
+
+@lower("logcumsumexp.default")
+def logcumsumexp(x, dim):
+    dt = out_dtype() or x.dtype
+    xa = cast(x, _acc(dt))
+    if x.ndim == 0 or x.size == 0:
+        return xa
+    d = _axis(dim, x.ndim)
+    return lax.associative_scan(_logaddexp, xa, axis=d)
+
+
+# ---------------------------------------------------------------- sorting
+def _sort_last(x, descending):
+    """Stable sort along the last axis: (values, int64 indices); NaN is largest."""
+    n = x.shape[-1]
+    iota = lax.broadcasted_iota(jnp.int64, x.shape, x.ndim - 1)
+    k = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
+    if n <= 1:
+        return x, iota
+    if not descending:
+        sk, si = lax.sort((k, iota), dimension=x.ndim - 1, num_keys=1, is_stable=True)
+    else:
+        # ascending by (value, -index), reversed: descending values, ties by index
+        sk, sneg = lax.sort((k, -iota), dimension=x.ndim - 1, num_keys=2)
+        sk, si = jnp.flip(sk, -1), -jnp.flip(sneg, -1)
+    return sk.astype(x.dtype), si
+
+
+def _sort(x, dim, descending):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = _axis(dim, x.ndim)
+    v, i = _sort_last(jnp.moveaxis(x, d, -1), descending)
+    return jnp.moveaxis(v, -1, d), jnp.moveaxis(i, -1, d)
+
+
+@lower("sort.default")
+def sort(x, dim=-1, descending=False):
+    return _sort(x, dim, descending)
+
+
+@lower("sort.stable")
+def sort_stable(x, *, stable=None, dim=-1, descending=False):
+    return _sort(x, dim, descending)
+
+
+@lower("topk.default")
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = _axis(dim, x.ndim)
+    v, i = _sort_last(jnp.moveaxis(x, d, -1), largest)
+    return jnp.moveaxis(v[..., :k], -1, d), jnp.moveaxis(i[..., :k], -1, d)
+
+
+def _select(v, i, pos, d, keepdim):
+    """Pick sorted position `pos` (array over the leading dims, or int) along last axis."""
+    pos = jnp.asarray(pos)
+    if pos.ndim == 0:
+        pos = jnp.broadcast_to(pos, v.shape[:-1])
+    pos = pos[..., None]
+    rv = jnp.take_along_axis(v, pos, axis=-1)
+    ri = jnp.take_along_axis(i, pos, axis=-1)
+    rv, ri = jnp.moveaxis(rv, -1, d), jnp.moveaxis(ri, -1, d)
+    if not keepdim:
+        rv, ri = jnp.squeeze(rv, d), jnp.squeeze(ri, d)
+    return rv, ri
+
+
+@lower("kthvalue.default")
+def kthvalue(x, k, dim=-1, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = _axis(dim, x.ndim)
+    v, i = _sort_last(jnp.moveaxis(x, d, -1), False)
+    return _select(v, i, k - 1, d, keepdim)
+
+
+def _median_last(x, ignore_nan):
+    """Median along the last axis of a non-empty x: (values, indices) over leading dims."""
+    n = x.shape[-1]
+    v, i = _sort_last(x, False)
+    if not is_float(x.dtype):
+        pos = jnp.full(x.shape[:-1], (n - 1) // 2, jnp.int64)
+        return v, i, pos
+    nan = jnp.isnan(x)
+    if ignore_nan:
+        m = jnp.sum(~nan, axis=-1)
+        pos = jnp.maximum((m - 1) // 2, 0)
+        return v, i, pos
+    # any NaN: the first NaN (sorted stably after all numbers, at position n - #nan)
+    cnt = jnp.sum(nan, axis=-1)
+    pos = jnp.where(cnt > 0, n - cnt, (n - 1) // 2)
+    return v, i, pos
+
+
+@lower("median.default")
+def median(x):
+    if x.size == 0:
+        return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
+    v, i, pos = _median_last(x.reshape(-1), False)
+    return jnp.take(v, pos)
+
+
+@lower("nanmedian.default")
+def nanmedian(x):
+    if x.size == 0:
+        return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
+    v, i, pos = _median_last(x.reshape(-1), True)
+    return jnp.take(v, pos)
+
+
+def _median_dim(x, dim, keepdim, ignore_nan):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = _axis(dim, x.ndim)
+    v, i, pos = _median_last(jnp.moveaxis(x, d, -1), ignore_nan)
+    return _select(v, i, pos, d, keepdim)
+
+
+@lower("median.dim")
+def median_dim(x, dim, keepdim=False):
+    return _median_dim(x, dim, keepdim, False)
+
+
+@lower("nanmedian.dim")
+def nanmedian_dim(x, dim, keepdim=False):
+    return _median_dim(x, dim, keepdim, True)
+
+
+@lower("mode.default")
+def mode(x, dim=-1, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = _axis(dim, x.ndim)
+    xm = jnp.moveaxis(x, d, -1)
+    n = xm.shape[-1]
+    v, i = _sort_last(xm, False)
+    if n == 0:
+        return _select(v, i, 0, d, keepdim)
+    if n == 1:
+        return _select(v, i, 0, d, keepdim)
+    same = v[..., 1:] == v[..., :-1]
+    if is_float(v.dtype):
+        same = same | (jnp.isnan(v[..., 1:]) & jnp.isnan(v[..., :-1]))
+    shape = v.shape[:-1] + (1,)
+    is_start = jnp.concatenate([jnp.ones(shape, bool), ~same], axis=-1)
+    is_end = jnp.concatenate([~same, jnp.ones(shape, bool)], axis=-1)
+    j = lax.broadcasted_iota(jnp.int64, v.shape, v.ndim - 1)
+    start = lax.cummax(jnp.where(is_start, j, 0), axis=v.ndim - 1)
+    count = jnp.where(is_end, j - start + 1, 0)
+    best = jnp.argmax(count, axis=-1)  # the smallest value among the most frequent
+    return _select(v, i, best, d, keepdim)
+
+
+# ---------------------------------------------------------------- searching
+def _search(bd, v, right, sorter):
+    """CPU's lower/upper bound binary search (same comparisons, so NaN behaves alike)."""
+    if sorter is not None:
+        bd = jnp.take_along_axis(bd, sorter.astype(jnp.int64), axis=-1)
+    n = bd.shape[-1]
+    v = jnp.asarray(v)
+    ct = jnp.result_type(bd, v)
+    bd = cast(bd, ct)
+    v = cast(v, ct)
+    start = jnp.zeros(v.shape, jnp.int64)
+    if n == 0:
+        return start
+    end = jnp.full(v.shape, n, jnp.int64)
+    one_d = bd.ndim == 1
+
+    def body(_, se):
+        s, e = se
+        active = s < e
+        mid = (s + e) // 2
+        midc = jnp.minimum(mid, n - 1)
+        mv = jnp.take(bd, midc) if one_d else jnp.take_along_axis(bd, midc, axis=-1)
+        go = ~(mv > v) if right else ~(mv >= v)
+        s = jnp.where(active & go, mid + 1, s)
+        e = jnp.where(active & ~go, mid, e)
+        return s, e
+
+    s, _ = lax.fori_loop(0, int(n).bit_length() + 1, body, (start, end))
+    return s
+
+
+@lower("searchsorted.Tensor", "searchsorted.Scalar")
+def searchsorted(sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
+    r = right or side == "right"
+    return _search(sorted_sequence, x, r, sorter)
+
+
+@lower("bucketize.Tensor", "bucketize.Scalar")
+def bucketize(x, boundaries, *, out_int32=False, right=False):
+    return _search(boundaries, x, right, None)
+
+
+# ---------------------------------------------------------------- histc
+@lower("histc.default", static=("bins", "min", "max"))
+def histc(x, bins=100, min=0, max=0):
+    dt = x.dtype
+    lo, hi = float(min), float(max)
+    if lo > hi:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
+    lo_a = jnp.asarray(lo, jnp.float64)
+    hi_a = jnp.asarray(hi, jnp.float64)
+    if lo == hi and x.size:
+        lo_a = jnp.min(x).astype(jnp.float64)
+        hi_a = jnp.max(x).astype(jnp.float64)
+    eq = lo_a == hi_a
+    lo_a = jnp.where(eq, lo_a - 1, lo_a)
+    hi_a = jnp.where(eq, hi_a + 1, hi_a)
+    left, right = lo_a.astype(dt), hi_a.astype(dt)
+    xf = x.reshape(-1)
+    valid = (xf >= left) & (xf <= right)
+    pos = ((xf - left) * jnp.asarray(bins, dt) / (right - left))
+    pos = jnp.where(valid, pos, 0).astype(jnp.int64)
+    pos = jnp.where(pos == bins, bins - 1, pos)
+    pos = jnp.clip(pos, 0, bins - 1)
+    acc = _acc(dt)
+    return jnp.zeros((bins,), acc).at[pos].add(valid.astype(acc))
+
+
+# ---------------------------------------------------------------- cdist
+def _pdiff(x1, x2):
+    return x1[..., :, None, :] - x2[..., None, :, :]
+
+
+@lower("_cdist_forward.default", static=("p",))
+def cdist_forward(x1, x2, p, compute_mode=None):
+    dt = out_dtype() or x1.dtype
+    x1, x2 = cast(x1, _acc(dt)), cast(x2, _acc(dt))
+    a = jnp.abs(_pdiff(x1, x2))
+    if a.shape[-1] == 0:
+        return jnp.zeros(a.shape[:-1], a.dtype)
+    if p == 0:
+        return jnp.sum((a != 0).astype(a.dtype), axis=-1)
+    if p == 1:
+        return jnp.sum(a, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=-1))
+    if p == math.inf:
+        return jnp.max(a, axis=-1)
+    return jnp.power(jnp.sum(jnp.power(a, p), axis=-1), 1.0 / p)
+
+
+@lower("_cdist_backward.default", static=("p",))
+def cdist_backward(grad, x1, x2, p, cdist):
+    dt = out_dtype() or x1.dtype
+    acc = _acc(dt)
+    x1, x2, grad, cdist = (cast(t, acc) for t in (x1, x2, grad, cdist))
+    if p == 0 or x1.size == 0 or x2.shape[-2] == 0:
+        return jnp.zeros(x1.shape, acc)
+    diff = _pdiff(x1, x2)  # (..., P, R, M)
+    g = grad[..., None]
+    dist = cdist[..., None]
+    zero = jnp.zeros((), acc)
+    nz = dist != 0
+    safe = jnp.where(nz, dist, 1)
+    if p == 1:
+        r = g * jnp.sign(diff)
+    elif p < 2:
+        r = jnp.where(nz, jnp.sign(diff) * jnp.power(jnp.abs(diff), p - 1) * g /
+                      jnp.power(safe, p - 1), zero)
+        if p < 1:
+            r = jnp.where(diff == 0, zero, r)
+    elif p == 2:
+        r = jnp.where(nz, g * diff / safe, zero)
+    elif p == math.inf:
+        r = g * jnp.sign(diff) * (1 - jnp.minimum(1, jnp.ceil(jnp.abs(jnp.abs(diff) - dist))))
+    else:
+        r = jnp.where(nz, diff * jnp.power(jnp.abs(diff), p - 2) * g / jnp.power(safe, p - 1), zero)
+    return jnp.sum(r, axis=-2)
+
+
+# ---------------------------------------------------------------- kernels that read back
+def _equal_kernel(self, other):
+    if self.device != other.device:
+        raise RuntimeError(
+            f"Cannot compare two tensors on different devices. Got: {self.device} and {other.device}")
+    if self.shape != other.shape:
+        return False
+    if self.numel() == 0:
+        return True
+    return bool(torch.eq(self, other).all().item())
+
+
+def _register_kernels():
+    from .. import dispatch
+
+    dispatch.register_kernel(torch.ops.aten.equal.default, _equal_kernel)
+
+
+_register_kernels()
