@@ -524,12 +524,14 @@ def _alias_returns(sch):
 
 
 def _flatten_values(result, sch, mutating=False):
+    # None results are undefined tensors (e.g. masked-out gradients): the meta
+    # kernel returns None there too, so they have no output spec; skip them.
     if isinstance(result, (list, tuple)):
         out = []
         for r in result:
             if isinstance(r, (list, tuple)):
-                out.extend(r)
-            else:
+                out.extend(x for x in r if x is not None)
+            elif r is not None:
                 out.append(r)
         return out
     return [result]
