@@ -97,7 +97,14 @@ def functional_of(op):
         base = getattr(aten, packet_name[:-1], None)
         if base is None:
             return None
-        return getattr(base, op._overloadname, None)
+        # match by argument names and types, not by overload name: pow_.Scalar
+        # (Tensor self, Scalar exponent) computes pow.Tensor_Scalar, not pow.Scalar
+        want = [(a.name, str(a.type)) for a in op._schema.arguments]
+        for ov in [op._overloadname] + [o for o in base.overloads() if o != op._overloadname]:
+            cand = getattr(base, ov, None)
+            if cand is not None and [(a.name, str(a.type)) for a in cand._schema.arguments] == want:
+                return cand
+        return None
     if sch.out_args:
         packet = getattr(aten, packet_name)
         want = [(a.name, str(a.type)) for a in op._schema.arguments if not
@@ -179,6 +186,8 @@ class _Walk:
     def tensor(self, t):
         cell = getattr(t.untyped_storage(), "_tn_cell", None)
         if cell is not None:
+            if cell.raw:
+                storage.retype(cell, t.dtype)
             idx = cell.index
             if self.index is None:
                 self.index = idx
@@ -704,9 +713,9 @@ def register_lowerings():
         packet_name = op._schema.name.split("::")[1]
         ip = getattr(aten, packet_name + "_", None)
         if ip is not None:
-            ipo = getattr(ip, op._overloadname, None)
-            if ipo is not None and ipo not in _registered and ipo not in LOWERINGS:
-                if functional_of(ipo) is op:
+            for ipn in ip.overloads():
+                ipo = getattr(ip, ipn)
+                if ipo not in _registered and ipo not in LOWERINGS and functional_of(ipo) is op:
                     register_kernel(ipo, Entry(ipo, low, "inplace"))
         packet = getattr(aten, packet_name)
         for ov in packet.overloads():
