@@ -102,7 +102,32 @@ def _patch_storage_methods() -> None:
         return src.clone().untyped_storage()
 
     torch.storage._StorageBase.clone = clone
-    del storage
+
+    # torch.UntypedStorage(n, device="neuron") would reach a C++ allocator that a
+    # Python backend cannot register (a null allocator: a crash).  Build the
+    # storage here instead: zero bytes in a raw cell that takes the dtype of the
+    # first tensor that uses it.
+    base_new = torch._C.StorageBase.__new__
+
+    def untyped_new(cls, *args, device=None, **kwargs):
+        if device is not None and torch.device(device).type == "neuron":
+            from .ops.memory import _index_of
+
+            idx = _index_of(torch.device(device))
+            if len(args) == 1 and isinstance(args[0], int) and not kwargs:
+                return storage.raw_storage(args[0], idx)
+            if len(args) == 1 and not kwargs:  # a sequence of byte values
+                data = torch.tensor(list(args[0]), dtype=torch.uint8)
+                t = data.to(torch.device("neuron", idx))
+                return t.untyped_storage()
+            if not args and not kwargs:
+                return storage.raw_storage(0, idx)
+            raise RuntimeError(f"torchneuron: unsupported UntypedStorage arguments {args} {kwargs}")
+        if device is not None:
+            kwargs["device"] = device
+        return base_new(cls, *args, **kwargs)
+
+    torch.UntypedStorage.__new__ = untyped_new
 
 
 def fallback_stats() -> dict:

@@ -184,7 +184,10 @@ class _Walk:
         self.static = static
 
     def tensor(self, t):
-        cell = getattr(t.untyped_storage(), "_tn_cell", None)
+        st = t.untyped_storage()
+        cell = getattr(st, "_tn_cell", None)
+        if cell is None and st.device.type == "neuron":
+            cell = storage.cell_of(t)
         if cell is not None:
             if cell.raw:
                 storage.retype(cell, t.dtype)

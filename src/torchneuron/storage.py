@@ -67,6 +67,9 @@ class _Stats:
 
 _stats: dict[int, _Stats] = {}
 _live = weakref.WeakSet()
+# fake address -> weakref(cell): finds the cell when PyTorch wraps our memory in a
+# storage of its own (at::from_blob in storage serialization)
+_by_addr: dict = {}
 
 
 def live_cells():
@@ -120,7 +123,7 @@ def check_room(index: int, nbytes: int) -> None:
 class Cell:
     """The device buffer behind one storage: a flat jax array."""
 
-    __slots__ = ("arr", "nbytes", "index", "dt", "numel", "__weakref__")
+    __slots__ = ("arr", "nbytes", "index", "dt", "numel", "raw", "addr", "__weakref__")
 
     def __init__(self, arr, nbytes: int, index: int):
         self.arr = arr
@@ -128,6 +131,8 @@ class Cell:
         self.index = index
         self.dt = arr.dtype  # the flat array's dtype and length never change
         self.numel = arr.shape[0]
+        self.raw = False
+        self.addr = None
         s = stats(index)
         s.allocated += nbytes
         s.count += 1
@@ -146,6 +151,8 @@ class Cell:
         s.allocated -= self.nbytes
         s.count -= 1
         s.total_frees += 1
+        if self.addr is not None:
+            _by_addr.pop(self.addr, None)
 
 
 # ---------------------------------------------------------------- tensors
@@ -169,15 +176,48 @@ def contiguous_strides(shape) -> tuple:
 
 
 def new_storage(cell: Cell) -> torch.UntypedStorage:
-    st = _construct_storage(_alloc_addr(cell.nbytes), torch_device(cell.index), cell.nbytes)
+    """A new storage at a fresh fake address whose device buffer is `cell`."""
+    addr = _alloc_addr(cell.nbytes)
+    st = _construct_storage(addr, torch_device(cell.index), cell.nbytes)
     st._tn_cell = cell
+    cell.addr = addr
+    _by_addr[addr] = weakref.ref(cell)
     return st
+
+
+def raw_storage(nbytes: int, index: int) -> torch.UntypedStorage:
+    """A zero-filled storage of nbytes bytes whose cell will take the dtype of its first user."""
+    check_room(index, nbytes)
+    cell = Cell(zeros_flat(nbytes, torch.uint8, index), nbytes, index)
+    cell.raw = True
+    return new_storage(cell)
+
+
+def retype(cell: "Cell", dtype: torch.dtype) -> None:
+    """Give a raw (uint8) cell the element type of the tensors that use it."""
+    cell.raw = False
+    itemsize = dtype.itemsize
+    if dtype == torch.uint8 or cell.nbytes % itemsize:
+        return
+    jd = jdtype(dtype)
+    f = _retype_fns.get((cell.numel, jd))
+    if f is None:
+        f = _retype_fns[(cell.numel, jd)] = jax.jit(lambda a: reinterpret(a, jd))
+    cell.arr = f(cell.arr)
+    cell.dt = cell.arr.dtype
+    cell.numel = cell.arr.shape[0]
+
+
+_retype_fns: dict = {}
 
 
 def make_tensor(arr, dtype: torch.dtype, shape, strides, offset: int, index: int, nbytes: int):
     """A neuron tensor over a new storage whose cell holds the flat array `arr`."""
-    st = _construct_storage(_alloc_addr(nbytes), torch_device(index), nbytes)
-    st._tn_cell = Cell(arr, nbytes, index)
+    addr = _alloc_addr(nbytes)
+    st = _construct_storage(addr, torch_device(index), nbytes)
+    st._tn_cell = cell = Cell(arr, nbytes, index)
+    cell.addr = addr
+    _by_addr[addr] = weakref.ref(cell)
     t = _create_empty([0], dtype)
     _SET_STORAGE.redispatch_boxed(CPU_KEYS, t, st, offset, shape, strides)
     return t
@@ -199,13 +239,26 @@ def from_array(arr, index: int, dtype: torch.dtype | None = None) -> torch.Tenso
 
 
 def cell_of(t: torch.Tensor) -> Cell:
+    """The device buffer behind a neuron tensor's storage."""
+    st = t.untyped_storage()
     try:
-        return t.untyped_storage()._tn_cell
+        cell = st._tn_cell
     except AttributeError:
-        raise RuntimeError(
-            "torchneuron: this neuron tensor has no device buffer (its storage was not "
-            "allocated by torchneuron)"
-        ) from None
+        cell = cell_at(st.data_ptr())
+        if cell is None:
+            raise RuntimeError(
+                "torchneuron: this neuron tensor has no device buffer (its storage was not "
+                "allocated by torchneuron)"
+            ) from None
+    if cell.raw:
+        retype(cell, t.dtype)
+    return cell
+
+
+def cell_at(addr: int):
+    """The live cell whose storage starts at fake address `addr` (or None)."""
+    r = _by_addr.get(addr)
+    return r() if r is not None else None
 
 
 def empty(shape, dtype: torch.dtype, index: int, strides=None) -> torch.Tensor:

@@ -97,11 +97,7 @@ def resize_(self, size, memory_format=None):
         n = -(-need // itemsize)
         storage.check_room(self.device.index, n * itemsize - cell.nbytes)
         grown = _grow(old, n)
-        new_cell = storage.Cell(grown, n * itemsize, self.device.index)
-        new_st = storage._construct_storage(storage._alloc_addr(new_cell.nbytes),
-                                            self.device, new_cell.nbytes)
-        new_st._tn_cell = new_cell
-        st = new_st
+        st = storage.new_storage(storage.Cell(grown, n * itemsize, self.device.index))
     return storage.set_metadata(self, st, offset, size, strides)
 
 

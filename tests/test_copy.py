@@ -1,0 +1,184 @@
+"""Copies between CPU and the device, host reads, serialization."""
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+
+from helpers import DEV, assert_same, check
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+          torch.complex128]
+
+
+def _sample(dtype, shape=(3, 5)):
+    g = torch.Generator().manual_seed(1)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_complex:
+        return torch.randn(shape, generator=g, dtype=dtype)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 100).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.randint(max(info.min, -1000), min(info.max, 1000), shape, generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_roundtrip(dtype):
+    x = _sample(dtype)
+    d = x.to("neuron")
+    assert d.device == DEV and d.dtype == dtype and d.shape == x.shape
+    assert type(d) is torch.Tensor and d.is_neuron
+    assert torch.equal(d.cpu(), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_noncontiguous_and_empty(dtype):
+    x = _sample(dtype, (6, 8))
+    for v in (x.t(), x[::2, 1::3], x[:, :0], x[2], x.unsqueeze(0).expand(3, 6, 8)):
+        d = v.to("neuron")
+        assert d.shape == v.shape
+        assert torch.equal(d.cpu(), v)
+        assert torch.equal(d.t().cpu() if d.dim() == 2 else d.cpu(), v.t() if v.dim() == 2 else v)
+
+
+def test_preserve_strides_on_transfer():
+    x = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    d = x.to("neuron")
+    assert d.stride() == x.stride()
+    assert d.cpu().stride() == x.stride()
+    assert torch.equal(d.cpu(), x)
+
+
+@pytest.mark.parametrize("src", DTYPES, ids=str)
+@pytest.mark.parametrize("dst", [torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.complex64], ids=str)
+def test_copy_cast(src, dst):
+    x = _sample(src)
+    if src.is_complex and not dst.is_complex:
+        return  # CPU warns and discards imag: covered by the conversion tests
+    check(lambda a: a.to(dst), x)
+    out_cpu = torch.zeros(3, 5, dtype=dst)
+    out_dev = out_cpu.to("neuron")
+    out_cpu.copy_(x)
+    out_dev.copy_(x.to("neuron"))
+    assert_same(out_dev, out_cpu)
+    # cpu -> device and device -> cpu copies with a cast
+    out_dev.zero_()
+    out_dev.copy_(x)
+    assert_same(out_dev, out_cpu)
+    back = torch.zeros(3, 5, dtype=dst)
+    back.copy_(x.to("neuron"))
+    assert_same(back, out_cpu)
+
+
+def test_copy_broadcast_into_view():
+    d = torch.zeros(4, 5, device="neuron")
+    d[1:3].copy_(torch.arange(5.0))
+    d[:, 4].copy_(torch.tensor([9.0, 8.0, 7.0, 6.0]).to("neuron"))
+    exp = torch.zeros(4, 5)
+    exp[1:3].copy_(torch.arange(5.0))
+    exp[:, 4].copy_(torch.tensor([9.0, 8.0, 7.0, 6.0]))
+    assert torch.equal(d.cpu(), exp)
+
+
+def test_copy_device_to_cpu_view():
+    c = torch.zeros(4, 5)
+    c[:, 1:3].copy_(torch.ones(4, 2, device="neuron"))
+    assert c.sum().item() == 8 and c[:, 1:3].eq(1).all()
+
+
+def test_non_blocking():
+    x = torch.randn(100)
+    d = x.to("neuron", non_blocking=True)
+    y = d.to("cpu", non_blocking=True)
+    torch.neuron.synchronize()
+    assert torch.equal(y, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.float64, torch.complex64], ids=str)
+def test_item_tolist(dtype):
+    x = _sample(dtype, (2, 3))
+    d = x.to("neuron")
+    assert d.tolist() == x.tolist()
+    assert d[1, 2].item() == x[1, 2].item()
+    assert d.sum().item() == pytest.approx(x.sum().item(), rel=1e-2) if dtype != torch.bool else True
+    with pytest.raises(RuntimeError, match="cannot be converted to Scalar"):
+        d.item()
+
+
+def test_bool_int_float_conversions_of_0d():
+    d = torch.tensor(3.7).to("neuron")
+    assert float(d) == pytest.approx(3.7) and int(d) == 3 and bool(d)
+    assert bool(torch.tensor(0.0).to("neuron")) is False
+
+
+def test_repr():
+    x = torch.tensor([[1.5, -2.0], [3.25, 4.0]])
+    r = repr(x.to("neuron"))
+    assert "device='neuron:0'" in r
+    assert repr(x).replace(")", "") in r.replace(", device='neuron:0')", "")
+    assert "device='neuron:0', dtype=torch.int32" in repr(torch.arange(3, dtype=torch.int32).to("neuron"))
+
+
+def test_equal_allclose():
+    x = torch.randn(4, 4)
+    a, b = x.to("neuron"), x.clone().to("neuron")
+    assert torch.equal(a, b)
+    b[0, 0] += 1
+    assert not torch.equal(a, b)
+    assert torch.allclose(a, a + 1e-9)
+    assert not torch.allclose(a, b)
+
+
+def test_save_load(tmp_path):
+    x = torch.randn(3, 4)
+    d = x.to("neuron")
+    p = tmp_path / "t.pt"
+    torch.save({"w": d, "view": d[1:]}, p)
+    loaded = torch.load(p)
+    assert loaded["w"].device == DEV
+    assert torch.equal(loaded["w"].cpu(), x)
+    assert loaded["view"].untyped_storage().data_ptr() == loaded["w"].untyped_storage().data_ptr()
+    on_cpu = torch.load(p, map_location="cpu")
+    assert on_cpu["w"].device.type == "cpu" and torch.equal(on_cpu["w"], x)
+    torch.save(x, p)
+    moved = torch.load(p, map_location="neuron")
+    assert moved.device == DEV and torch.equal(moved.cpu(), x)
+
+
+def test_state_dict_roundtrip():
+    m = torch.nn.Linear(3, 2).to("neuron")
+    buf = io.BytesIO()
+    torch.save(m.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf)
+    m2 = torch.nn.Linear(3, 2)
+    m2.load_state_dict(sd)
+    assert torch.equal(m2.weight, m.weight.cpu())
+
+
+def test_pickle_deepcopy():
+    x = torch.randn(5)
+    d = x.to("neuron")
+    p = pickle.loads(pickle.dumps(d))
+    assert p.device == DEV and torch.equal(p.cpu(), x)
+    c = copy.deepcopy(d)
+    assert c.device == DEV and torch.equal(c.cpu(), x)
+    assert c.data_ptr() != d.data_ptr()
+    c.add_(1)
+    assert torch.equal(d.cpu(), x)
+    m = copy.deepcopy(torch.nn.Linear(2, 2).to("neuron"))
+    assert m.weight.device == DEV
+
+
+def test_neuron_to_neuron_copy_is_a_copy():
+    d = torch.arange(5.0).to("neuron")
+    e = d.clone()
+    e.add_(1)
+    assert torch.equal(d.cpu(), torch.arange(5.0))
+    f = d.to("neuron")
+    assert f is d
+    g = d.to("neuron", copy=True)
+    assert g.data_ptr() != d.data_ptr()
