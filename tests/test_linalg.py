@@ -1,0 +1,151 @@
+"""Matrix products and linear algebra: neuron vs CPU, forward and gradients."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import check
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+def _tol(dtype):
+    return {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-10),
+            torch.bfloat16: dict(atol=2e-2, rtol=2e-2), torch.float16: dict(atol=2e-3, rtol=2e-3),
+            torch.complex64: dict(atol=1e-4, rtol=1e-4)}.get(dtype, {})
+
+
+def _rand(shape, dtype, grad=False):
+    if dtype.is_floating_point or dtype.is_complex:
+        t = torch.randn(shape, dtype=dtype)
+    else:
+        t = torch.randint(-5, 5, shape, dtype=dtype)
+    return t.requires_grad_(grad)
+
+
+def _nc(t):
+    """A non-contiguous tensor with t's values (transposed storage)."""
+    return t.detach().mT.contiguous().mT.requires_grad_(t.requires_grad) if t.dim() >= 2 else \
+        torch.stack([t.detach(), t.detach()], 1)[:, 0].requires_grad_(t.requires_grad)
+
+
+# (name, fn, shapes)
+PRODUCTS = [
+    ("mm", torch.mm, [(3, 4), (4, 5)]),
+    ("mm_empty_k", torch.mm, [(3, 0), (0, 5)]),
+    ("mm_empty_m", torch.mm, [(0, 4), (4, 5)]),
+    ("bmm", torch.bmm, [(2, 3, 4), (2, 4, 5)]),
+    ("addmm", lambda c, a, b: torch.addmm(c, a, b), [(5,), (3, 4), (4, 5)]),
+    ("addmm_beta_alpha", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=-2), [(3, 5), (3, 4), (4, 5)]),
+    ("addmm_beta0", lambda c, a, b: torch.addmm(c, a, b, beta=0, alpha=3), [(3, 5), (3, 4), (4, 5)]),
+    ("mv", torch.mv, [(3, 4), (4,)]),
+    ("addmv", lambda c, a, b: torch.addmv(c, a, b, beta=2, alpha=0.5), [(3,), (3, 4), (4,)]),
+    ("dot", torch.dot, [(7,), (7,)]),
+    ("vdot", torch.vdot, [(7,), (7,)]),
+    ("addbmm", lambda c, a, b: torch.addbmm(c, a, b, beta=0.5, alpha=2), [(3, 5), (2, 3, 4), (2, 4, 5)]),
+    ("baddbmm", lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2), [(2, 3, 5), (2, 3, 4), (2, 4, 5)]),
+    ("addr", lambda c, a, b: torch.addr(c, a, b, beta=2, alpha=3), [(3, 4), (3,), (4,)]),
+    ("outer", torch.outer, [(3,), (4,)]),
+    ("matmul_1d_1d", torch.matmul, [(4,), (4,)]),
+    ("matmul_1d_2d", torch.matmul, [(4,), (4, 5)]),
+    ("matmul_2d_1d", torch.matmul, [(3, 4), (4,)]),
+    ("matmul_3d_2d", torch.matmul, [(2, 3, 4), (4, 5)]),
+    ("matmul_1d_3d", torch.matmul, [(4,), (2, 4, 5)]),
+    ("matmul_4d_bcast", torch.matmul, [(2, 1, 3, 4), (3, 4, 5)]),
+    ("matmul_4d_4d", torch.matmul, [(2, 3, 3, 4), (2, 3, 4, 5)]),
+    ("linear", lambda x, w, b: F.linear(x, w, b), [(2, 3, 4), (5, 4), (5,)]),
+    ("linear_nobias", lambda x, w: F.linear(x, w), [(3, 4), (5, 4)]),
+    ("einsum", lambda a, b: torch.einsum("bij,bjk->bik", a, b), [(2, 3, 4), (2, 4, 5)]),
+    ("einsum_trace_like", lambda a, b: torch.einsum("ij,kj->ik", a, b), [(3, 4), (5, 4)]),
+    ("tensordot", lambda a, b: torch.tensordot(a, b, dims=([1, 2], [0, 1])), [(2, 3, 4), (3, 4, 5)]),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name,fn,shapes", PRODUCTS, ids=[p[0] for p in PRODUCTS])
+def test_products(name, fn, shapes, dtype):
+    args = [_rand(s, dtype) for s in shapes]
+    check(fn, *args, **_tol(dtype))
+
+
+@pytest.mark.parametrize("name,fn,shapes", PRODUCTS, ids=[p[0] for p in PRODUCTS])
+def test_products_grad(name, fn, shapes):
+    args = [_rand(s, torch.float32, grad=True) for s in shapes]
+    check(fn, *args, grad=True, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name,fn,shapes", PRODUCTS, ids=[p[0] for p in PRODUCTS])
+def test_products_noncontiguous(name, fn, shapes):
+    args = [_nc(_rand(s, torch.float64, grad=True)) for s in shapes]
+    check(fn, *args, grad=True, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("name", ["mm", "bmm", "addmm", "mv", "dot", "addbmm", "baddbmm", "addr", "matmul_3d_2d"])
+def test_integer_products(name, dtype):
+    _, fn, shapes = next(p for p in PRODUCTS if p[0] == name)
+    if name.startswith("add") and dtype.is_floating_point is False:
+        fn = {"addmm": lambda c, a, b: torch.addmm(c, a, b, beta=2, alpha=3),
+              "addbmm": lambda c, a, b: torch.addbmm(c, a, b, beta=2, alpha=3),
+              "baddbmm": lambda c, a, b: torch.baddbmm(c, a, b, beta=2, alpha=3),
+              "addr": lambda c, a, b: torch.addr(c, a, b, beta=2, alpha=3)}[name]
+    check(fn, *[_rand(s, dtype) for s in shapes])
+
+
+def test_complex_products():
+    a, b = _rand((3, 4), torch.complex64), _rand((4, 5), torch.complex64)
+    check(torch.mm, a, b, atol=1e-4, rtol=1e-4)
+    check(torch.vdot, _rand((6,), torch.complex128), _rand((6,), torch.complex128))
+    check(torch.dot, _rand((6,), torch.complex128), _rand((6,), torch.complex128))
+
+
+def test_addmm_beta0_ignores_nan():
+    c = torch.full((3, 5), float("nan"))
+    check(lambda c, a, b: torch.addmm(c, a, b, beta=0), c, _rand((3, 4), torch.float32), _rand((4, 5), torch.float32))
+
+
+def test_addmm_inplace_and_out():
+    def f(c, a, b):
+        c.addmm_(a, b, alpha=2)
+        return c
+
+    check(f, _rand((3, 5), torch.float32), _rand((3, 4), torch.float32), _rand((4, 5), torch.float32), atol=1e-5, rtol=1e-5)
+
+    def g(a, b, o):
+        torch.mm(a, b, out=o)
+        return o
+
+    check(g, _rand((3, 4), torch.float32), _rand((4, 5), torch.float32), torch.empty(3, 5), atol=1e-5, rtol=1e-5)
+
+
+def test_addmm_activation():
+    c, a, b = _rand((5,), torch.float32), _rand((3, 4), torch.float32), _rand((4, 5), torch.float32)
+    check(lambda c, a, b: torch._addmm_activation(c, a, b), c, a, b, atol=1e-5, rtol=1e-5)
+    check(lambda c, a, b: torch._addmm_activation(c, a, b, beta=0.5, alpha=2, use_gelu=True), c, a, b,
+          atol=1e-5, rtol=1e-5)
+
+
+def test_mm_bf16_accumulates_in_fp32():
+    # a long contraction: bf16 accumulation would be far off
+    a = torch.randn(4, 4096).bfloat16()
+    b = torch.randn(4096, 4).bfloat16()
+    check(torch.mm, a, b, atol=0.1, rtol=1e-2)
+
+
+def test_linear_module_train_step():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4)
+    x = torch.randn(6, 8, requires_grad=True)
+    check(lambda x, w, b: F.linear(x, w, b).relu(), x, lin.weight.detach().clone().requires_grad_(),
+          lin.bias.detach().clone().requires_grad_(), grad=True, atol=1e-5, rtol=1e-5)
+
+
+def test_errors():
+    import torchneuron  # noqa: F401
+    a = torch.randn(3, 4, device="neuron")
+    b = torch.randn(5, 6, device="neuron")
+    with pytest.raises(RuntimeError, match="cannot be multiplied|same reduction dim"):
+        torch.mm(a, b)
+    with pytest.raises(RuntimeError):
+        torch.bmm(a, b)
+    with pytest.raises(RuntimeError, match="dtype|same|expected"):
+        torch.mm(a, torch.randn(4, 5, device="neuron", dtype=torch.float64))
