@@ -148,4 +148,26 @@ def test_errors():
     with pytest.raises(RuntimeError):
         torch.bmm(a, b)
     with pytest.raises(RuntimeError, match="dtype|same|expected"):
-        torch.mm(a, torch.randn(4, 5, device="neuron", dtype=torch.float64))
+        torch.mm(a, torch.randn(4, 5, device="neuron", dtype=torch.float64))  # checked in the lowering
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (torch.mm, [(3, 4), (4, 5)]),
+    (torch.bmm, [(2, 3, 4), (2, 4, 5)]),
+    (torch.mv, [(3, 4), (4,)]),
+    (torch.dot, [(3,), (3,)]),
+    (lambda c, a, b: torch.addmm(c, a, b), [(5,), (3, 4), (4, 5)]),
+    (lambda c, a, b: torch.addbmm(c, a, b), [(3, 5), (2, 3, 4), (2, 4, 5)]),
+    (lambda c, a, b: torch.baddbmm(c, a, b), [(2, 3, 5), (2, 3, 4), (2, 4, 5)]),
+    (lambda c, a, b: torch.addmv(c, a, b), [(3,), (3, 4), (4,)]),
+], ids=["mm", "bmm", "mv", "dot", "addmm", "addbmm", "baddbmm", "addmv"])
+def test_dtype_mismatch_errors(fn, shapes):
+    args = [torch.randn(s) for s in shapes]
+    args[-1] = args[-1].double()
+    with pytest.raises(RuntimeError) as cpu_err:
+        fn(*args)
+    with pytest.raises(RuntimeError) as dev_err:
+        fn(*[a.to("neuron") for a in args])
+    # the device raises too (a PyTorch wording: CPU's, or the meta kernel's)
+    msg = str(dev_err.value)
+    assert "dtype" in msg or "scalar type" in msg, msg

@@ -56,8 +56,25 @@ def _add_beta(prod, self, beta, alpha, dt):
     return cast(sb + r, dt)
 
 
+_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+          "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+          "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+def _tname(x):
+    return _NAMES.get(jnp.dtype(x.dtype).name, jnp.dtype(x.dtype).name)
+
+
+def _same_dtype(msg, *xs):
+    """PyTorch's CPU dtype checks that the meta kernels of these ops skip."""
+    if len({jnp.dtype(x.dtype) for x in xs}) > 1:
+        raise RuntimeError(msg.format(*[_tname(x) for x in xs]))
+
+
 @lower("mm.default")
 def mm(a, b):
+    _same_dtype("expected m1 and m2 to have the same dtype, but got: {} != {}",
+                a, b)
     return dot(a, b, ((1,), (0,)), dt=out_dtype())
 
 
@@ -78,6 +95,9 @@ def bmm_dtype(a, b, out_dtype_):
 
 @lower("addmm.default")
 def addmm(self, m1, m2, *, beta=1, alpha=1):
+    if hasattr(self, "dtype"):
+        _same_dtype("self and mat2 must have the same dtype, but got {} and {}", self, m2)
+    _same_dtype("self and mat2 must have the same dtype, but got {} and {}", m1, m2)
     dt = out_dtype()
     return _add_beta(dot(m1, m2, ((1,), (0,)), dt=dt), self, beta, alpha, dt)
 
@@ -115,6 +135,9 @@ def baddbmm_dtype(self, b1, b2, out_dtype_, *, beta=1, alpha=1):
 
 @lower("addbmm.default")
 def addbmm(self, b1, b2, *, beta=1, alpha=1):
+    if hasattr(self, "dtype"):
+        _same_dtype("self and mat2 must have the same dtype, but got {} and {}", self, b2)
+    _same_dtype("self and mat2 must have the same dtype, but got {} and {}", b1, b2)
     dt = out_dtype()
     # contract the batch dimension too: one dot instead of bmm + sum
     return _add_beta(dot(b1, b2, ((0, 2), (0, 1)), dt=dt), self, beta, alpha, dt)
@@ -122,6 +145,8 @@ def addbmm(self, b1, b2, *, beta=1, alpha=1):
 
 @lower("mv.default")
 def mv(a, v):
+    _same_dtype("addmv input tensors must have the same dtype, but got {}, {}, and {}",
+                v, a, v)
     return dot(a, v, ((1,), (0,)), dt=out_dtype())
 
 
