@@ -653,11 +653,47 @@ def _run_meta(op, margs, mkwargs):
         return op(*margs, **mkwargs)
     except NotImplementedError as e:
         raise _NoMeta(str(e)) from None
-    except RuntimeError as e:
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
         msg = str(e)
         if "Meta" in msg and ("Could not run" in msg or "not implemented" in msg.lower()):
             raise _NoMeta(msg) from None
-        raise
+        cpu_err = _cpu_error(op, margs, mkwargs)
+        raise (cpu_err or e) from None
+
+
+_CPU_ERROR_MAX_NUMEL = 1 << 16
+
+
+def _cpu_error(op, margs, mkwargs):
+    """The error PyTorch's CPU kernel raises for these shapes (its wording is CUDA's too).
+
+    Meta kernels are often Python references whose messages differ from the
+    native kernels'.  Re-run the op on small CPU stand-ins of the same shapes
+    to get the native message; None if that does not raise or is too big."""
+
+    def cpu(v):
+        if isinstance(v, Tensor):
+            if v.numel() > _CPU_ERROR_MAX_NUMEL:
+                raise OverflowError
+            return torch.zeros(tuple(v.shape), dtype=v.dtype)
+        if isinstance(v, (list, tuple)):
+            return type(v)(cpu(x) for x in v)
+        if isinstance(v, torch.device) and v.type == "meta":
+            return torch.device("cpu")
+        return v
+
+    try:
+        cargs = [cpu(a) for a in margs]
+        ckw = {k: cpu(v) for k, v in mkwargs.items()}
+    except OverflowError:
+        return None
+    try:
+        op(*cargs, **ckw)
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        return type(e)(str(e))
+    except Exception:  # noqa: BLE001
+        return None
+    return None
 
 
 def _drop_out_args(func_op, margs, mkwargs):
@@ -965,7 +1001,7 @@ def run_on_cpu(op, args, kwargs):
             ent = by_ptr.get(r.untyped_storage().data_ptr()) if r.untyped_storage().nbytes() else None
             if ent is not None and sch.returns_alias and any(sch.returns_alias):
                 # a view of an input: same metadata over the neuron storage
-                t = storage._create_empty([0], r.dtype)
+                t = storage.new_shell(index, r.dtype)
                 return storage.set_metadata(t, ent[1], r.storage_offset(), tuple(r.shape), r.stride())
             return to_neuron(r, index)
         if isinstance(r, (list, tuple)):

@@ -218,9 +218,80 @@ def make_tensor(arr, dtype: torch.dtype, shape, strides, offset: int, index: int
     st._tn_cell = cell = Cell(arr, nbytes, index)
     cell.addr = addr
     _by_addr[addr] = weakref.ref(cell)
-    t = _create_empty([0], dtype)
+    t = new_shell(index, dtype)
     _SET_STORAGE.redispatch_boxed(CPU_KEYS, t, st, offset, shape, strides)
     return t
+
+
+def new_shell(index: int, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor on neuron:index with no data yet (set_ it onto a storage)."""
+    return _create_empty([0], dtype) if index == 0 else empty_shell(index, dtype)
+
+
+_shells: dict = {}
+_ALIAS = torch.ops.aten.alias.default._handle
+_VIEW_DTYPE = torch.ops.aten.view.dtype._handle
+
+
+def empty_shell(index: int, dtype: torch.dtype) -> torch.Tensor:
+    """A fresh TensorImpl on neuron:index, ready for set_ onto a storage of that device.
+
+    PyTorch's Python backend hook makes every new tensor on device 0 (and set_
+    refuses a storage of another device), so tensors for devices >= 1 start as
+    aliases of a per-device template, which is bootstrapped once through DLPack
+    (kDLExtDev maps to PrivateUse1)."""
+    tmpl = _shells.get(index)
+    if tmpl is None:
+        tmpl = _shells[index] = _dlpack_template(index)
+    t = _ALIAS.redispatch_boxed(CPU_KEYS, tmpl)
+    if dtype != torch.uint8:
+        t = _VIEW_DTYPE.redispatch_boxed(CPU_KEYS, t, dtype)
+    return t
+
+
+def _dlpack_template(index: int) -> torch.Tensor:
+    import ctypes
+
+    class DLDevice(ctypes.Structure):
+        _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+    class DLDataType(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+    class DLTensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                    ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+    class DLManagedTensor(ctypes.Structure):
+        pass
+
+    deleter_t = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+    DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                                ("deleter", deleter_t)]
+    keep = _dlpack_keep  # the structs must outlive the tensor: keep them for the process
+    shape = (ctypes.c_int64 * 1)(0)
+    strides = (ctypes.c_int64 * 1)(1)
+    m = DLManagedTensor()
+    m.dl_tensor.data = _alloc_addr(0)
+    m.dl_tensor.device = DLDevice(12, index)  # kDLExtDev -> PrivateUse1
+    m.dl_tensor.ndim = 1
+    m.dl_tensor.dtype = DLDataType(1, 8, 1)  # uint8
+    m.dl_tensor.shape = shape
+    m.dl_tensor.strides = strides
+    m.deleter = deleter_t(0)
+    keep.extend([shape, strides, m])
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    cap = new_capsule(ctypes.addressof(m), b"dltensor", None)
+    t = torch.utils.dlpack.from_dlpack(cap)
+    if t.device != torch_device(index):
+        raise RuntimeError(f"torchneuron: could not create a tensor on neuron:{index}")
+    return t
+
+
+_dlpack_keep: list = []
 
 
 def set_metadata(t: torch.Tensor, storage, offset, shape, strides) -> torch.Tensor:
