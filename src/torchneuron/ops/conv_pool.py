@@ -284,7 +284,7 @@ def _avg_pool(x, nd, kernel_size, stride, padding, ceil_mode, count_include_pad,
         div = jnp.asarray(_avg_divisor(in_sp, out_sp, kernel, stride, padding,
                                        count_include_pad, None), acc)
     if jnp.issubdtype(acc, jnp.integer):
-        return lax.div(s, div)
+        return lax.div(s, jnp.broadcast_to(div, s.shape))
     return s / div
 
 

@@ -1,0 +1,245 @@
+"""Convolution and pooling: neuron vs CPU, forward and gradients."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import check
+
+TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-10),
+       torch.bfloat16: dict(atol=3e-2, rtol=3e-2), torch.float16: dict(atol=3e-3, rtol=3e-3)}
+
+
+def _r(shape, dtype=torch.float32, grad=False):
+    return torch.randn(shape, dtype=torch.float64).to(dtype).requires_grad_(grad)
+
+
+# (id, fn(x, w, b), x shape, w shape, has bias)
+CONVS = [
+    ("1d", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), (2, 4, 9), (6, 4, 3), True),
+    ("1d_same_dil", lambda x, w, b: F.conv1d(x, w, b, padding="same", dilation=2), (2, 4, 9), (6, 4, 3), True),
+    ("2d", lambda x, w, b: F.conv2d(x, w, b), (2, 3, 7, 6), (5, 3, 3, 3), True),
+    ("2d_stride_pad_dil", lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2), dilation=(2, 1)),
+     (2, 3, 9, 8), (4, 3, 3, 2), True),
+    ("2d_groups", lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2), (2, 4, 6, 6), (6, 2, 3, 3), True),
+    ("2d_depthwise", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=4), (2, 4, 7, 7), (8, 1, 3, 3), True),
+    ("2d_same_even", lambda x, w, b: F.conv2d(x, w, b, padding="same"), (1, 2, 6, 5), (3, 2, 4, 2), True),
+    ("2d_valid_nobias", lambda x, w: F.conv2d(x, w, padding="valid"), (2, 3, 5, 5), (4, 3, 2, 2), False),
+    ("2d_1x1", lambda x, w, b: F.conv2d(x, w, b), (2, 8, 4, 4), (5, 8, 1, 1), True),
+    ("2d_unbatched", lambda x, w, b: F.conv2d(x, w, b, padding=1), (3, 5, 5), (4, 3, 3, 3), True),
+    ("3d", lambda x, w, b: F.conv3d(x, w, b, stride=2, padding=1), (1, 2, 5, 6, 5), (3, 2, 3, 3, 3), True),
+    ("3d_groups_dil", lambda x, w, b: F.conv3d(x, w, b, dilation=(1, 2, 1), groups=2), (1, 4, 4, 6, 4), (4, 2, 2, 2, 2), True),
+    ("t1d", lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1), (2, 4, 5), (4, 3, 3), True),
+    ("t2d", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1), (2, 4, 5, 4), (4, 3, 3, 3), True),
+    ("t2d_groups_dil", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(2, 3), padding=(0, 1), output_padding=(1, 0),
+                                                           groups=2, dilation=(1, 2)), (2, 4, 4, 3), (4, 3, 3, 2), True),
+    ("t2d_bigpad", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=1, padding=3), (1, 2, 8, 8), (2, 3, 3, 3), True),
+    ("t3d", lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2, padding=1, output_padding=(1, 0, 1)), (1, 2, 3, 4, 3), (2, 3, 3, 3, 3), True),
+]
+
+
+def _conv_args(xs, ws, has_bias, dtype, grad=False):
+    args = [_r(xs, dtype, grad), _r(ws, dtype, grad)]
+    if has_bias:
+        nout = ws[0] if True else None
+        args.append(_r((nout,), dtype, grad))
+    return args
+
+
+def _fix_bias(name, args):
+    # transposed convs: out channels = w.shape[1] * groups
+    if name.startswith("t") and len(args) == 3:
+        groups = 2 if "groups" in name else 1
+        args[2] = _r((args[1].shape[1] * groups,), args[2].dtype, args[2].requires_grad)
+    return args
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,fn,xs,ws,has_bias", CONVS, ids=[c[0] for c in CONVS])
+def test_conv_forward(name, fn, xs, ws, has_bias, dtype):
+    args = _fix_bias(name, _conv_args(xs, ws, has_bias, dtype))
+    check(fn, *args, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name,fn,xs,ws,has_bias", CONVS, ids=[c[0] for c in CONVS])
+def test_conv_grad(name, fn, xs, ws, has_bias, dtype):
+    args = _fix_bias(name, _conv_args(xs, ws, has_bias, dtype, grad=True))
+    check(fn, *args, grad=True, **TOL[dtype])
+
+
+def test_conv_bf16_grad():
+    x, w, b = _r((2, 8, 6, 6), torch.bfloat16, True), _r((4, 8, 3, 3), torch.bfloat16, True), _r((4,), torch.bfloat16, True)
+    check(lambda x, w, b: F.conv2d(x, w, b, padding=1), x, w, b, grad=True, atol=0.1, rtol=5e-2)
+
+
+def test_conv_half_forward():
+    x, w = _r((1, 3, 6, 6), torch.float16), _r((4, 3, 3, 3), torch.float16)
+    try:
+        F.conv2d(x, w)
+    except RuntimeError:
+        pytest.skip("CPU has no float16 convolution")
+    check(lambda x, w: F.conv2d(x, w, padding=1), x, w, **TOL[torch.float16])
+
+
+@pytest.mark.parametrize("mask", [(False, True, True), (True, False, False), (False, True, False)])
+def test_conv_grad_partial(mask):
+    x, w, b = _r((2, 3, 6, 6), grad=mask[0]), _r((4, 3, 3, 3), grad=mask[1]), _r((4,), grad=mask[2])
+    check(lambda x, w, b: F.conv2d(x, w, b, stride=2), x, w, b, grad=True, **TOL[torch.float32])
+
+
+def test_conv_channels_last():
+    x = _r((2, 3, 7, 7), grad=True)
+    xc = x.detach().to(memory_format=torch.channels_last).requires_grad_()
+    w = _r((4, 3, 3, 3), grad=True).detach().to(memory_format=torch.channels_last).requires_grad_()
+    # values only: PyTorch's meta kernel (which lays out results here) keeps channels-last
+    # outputs for CPU/CUDA inputs only
+    check(lambda x, w: F.conv2d(x, w, padding=1), xc, w, grad=True, **TOL[torch.float32])
+
+
+def test_conv_noncontiguous():
+    x = _r((2, 7, 3, 7), grad=True).detach().transpose(1, 2).requires_grad_()
+    w = _r((3, 4, 3, 3)).transpose(0, 1).requires_grad_()
+    check(lambda x, w: F.conv2d(x, w, padding=1), x, w, grad=True, **TOL[torch.float32])
+
+
+def test_conv_empty_batch():
+    check(lambda x, w, b: F.conv2d(x, w, b, padding=1), _r((0, 3, 5, 5)), _r((4, 3, 3, 3)), _r((4,)))
+    check(lambda x, w: F.conv_transpose2d(x, w, stride=2), _r((0, 3, 5, 5)), _r((3, 4, 3, 3)))
+
+
+def test_conv_modules_train_step():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(8, 4, 3, stride=2, groups=4), nn.ConvTranspose2d(4, 2, 2, stride=2))
+    params = [p.detach().clone().requires_grad_() for p in net.parameters()]
+    names = [n for n, _ in net.named_parameters()]
+
+    def f(x, *ps):
+        return torch.func.functional_call(net, dict(zip(names, ps)), (x,))
+
+    check(f, _r((2, 3, 12, 12), grad=True), *params, grad=True, atol=1e-4, rtol=1e-4)
+
+
+def test_conv_errors():
+    x = torch.randn(1, 3, 5, 5, device="neuron")
+    with pytest.raises(RuntimeError):
+        F.conv2d(x, torch.randn(4, 2, 3, 3, device="neuron"))  # channel mismatch
+    with pytest.raises(RuntimeError):
+        F.conv2d(x, torch.randn(4, 3, 7, 7, device="neuron"))  # kernel larger than input
+
+
+# ---------------------------------------------------------------- pooling
+POOLS = [
+    ("max1d", lambda x: F.max_pool1d(x, 3, 2, 1), (2, 3, 10)),
+    ("max1d_ceil_dil", lambda x: F.max_pool1d(x, 2, 2, 1, dilation=2, ceil_mode=True), (2, 3, 10)),
+    ("max2d", lambda x: F.max_pool2d(x, 2), (2, 3, 8, 8)),
+    ("max2d_pad_stride", lambda x: F.max_pool2d(x, 3, 2, 1), (2, 3, 9, 7)),
+    ("max2d_ceil", lambda x: F.max_pool2d(x, (3, 2), (2, 2), (1, 0), ceil_mode=True), (2, 3, 8, 7)),
+    ("max2d_dil", lambda x: F.max_pool2d(x, 2, 1, 1, dilation=2), (2, 3, 7, 7)),
+    ("max2d_indices", lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), (2, 3, 9, 7)),
+    ("max2d_unbatched", lambda x: F.max_pool2d(x, 2), (3, 6, 6)),
+    ("max3d", lambda x: F.max_pool3d(x, 2, 2, 1, ceil_mode=True), (1, 2, 5, 6, 5)),
+    ("max3d_indices_dil", lambda x: F.max_pool3d(x, 2, 1, 0, dilation=(1, 2, 1), return_indices=True), (1, 2, 5, 6, 5)),
+    ("avg1d", lambda x: F.avg_pool1d(x, 3, 2, 1), (2, 3, 10)),
+    ("avg1d_ceil_nopad", lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), (2, 3, 10)),
+    ("avg2d", lambda x: F.avg_pool2d(x, 2), (2, 3, 8, 8)),
+    ("avg2d_pad", lambda x: F.avg_pool2d(x, 3, 2, 1), (2, 3, 9, 7)),
+    ("avg2d_ceil_nopad", lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), (2, 3, 8, 7)),
+    ("avg2d_ceil_pad", lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=True), (2, 3, 8, 7)),
+    ("avg2d_divisor", lambda x: F.avg_pool2d(x, 3, 2, 1, divisor_override=4), (2, 3, 8, 7)),
+    ("avg3d", lambda x: F.avg_pool3d(x, 2, 2, 1, ceil_mode=True, count_include_pad=False), (1, 2, 5, 6, 5)),
+    ("avg3d_divisor", lambda x: F.avg_pool3d(x, 3, 1, 1, divisor_override=7), (1, 2, 4, 4, 4)),
+    ("aavg1d", lambda x: F.adaptive_avg_pool1d(x, 4), (2, 3, 10)),
+    ("aavg2d", lambda x: F.adaptive_avg_pool2d(x, (3, 5)), (2, 3, 8, 7)),
+    ("aavg2d_global", lambda x: F.adaptive_avg_pool2d(x, 1), (2, 3, 8, 7)),
+    ("aavg2d_up", lambda x: F.adaptive_avg_pool2d(x, (10, 9)), (2, 3, 4, 5)),
+    ("aavg3d", lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), (1, 2, 5, 6, 7)),
+    ("amax1d", lambda x: F.adaptive_max_pool1d(x, 4), (2, 3, 10)),
+    ("amax2d", lambda x: F.adaptive_max_pool2d(x, (3, 5), return_indices=True), (2, 3, 8, 7)),
+    ("amax2d_even", lambda x: F.adaptive_max_pool2d(x, (4, 2)), (2, 3, 8, 8)),
+    ("amax3d", lambda x: F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True), (1, 2, 5, 6, 7)),
+    ("lp1d", lambda x: F.lp_pool1d(x, 2, 3, 2), (2, 3, 10)),
+    ("lp2d", lambda x: F.lp_pool2d(x, 3, 2), (2, 3, 8, 8)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,fn,shape", POOLS, ids=[p[0] for p in POOLS])
+def test_pool_forward(name, fn, shape, dtype):
+    x = _r(shape, dtype)
+    if name.startswith("lp"):
+        x = x.abs() + 0.1
+    try:
+        fn(x)
+    except NotImplementedError:
+        pytest.skip(f"CPU has no {dtype} kernel")
+    check(fn, x, **TOL[dtype])
+
+
+@pytest.mark.parametrize("name,fn,shape", POOLS, ids=[p[0] for p in POOLS])
+def test_pool_grad(name, fn, shape):
+    x = _r(shape, torch.float64)
+    if name.startswith("lp"):
+        x = x.abs() + 0.1
+    check(fn, x.requires_grad_(), grad=True, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("name", ["max2d_pad_stride", "avg2d_ceil_nopad", "aavg2d", "amax2d"])
+def test_pool_noncontiguous_and_channels_last(name):
+    _, fn, shape = next(p for p in POOLS if p[0] == name)
+    x = _r(shape, torch.float32)
+    check(fn, x.to(memory_format=torch.channels_last).requires_grad_(), grad=True, **TOL[torch.float32])
+    check(fn, x.transpose(2, 3).requires_grad_(), grad=True, **TOL[torch.float32])
+
+
+def test_max_pool_ties_and_nan():
+    # integer-valued data: many ties, the index must be the first maximum in scan order
+    x = torch.randint(0, 3, (2, 3, 9, 9)).float()
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x)
+    check(lambda x: F.max_pool2d(x, 3, 1, 1), x.clone().requires_grad_(), grad=True)
+    check(lambda x: F.adaptive_max_pool2d(x, (4, 5), return_indices=True), x)
+    x = _r((1, 2, 6, 6))
+    x[0, 0, 1, 1] = float("nan")
+    x[0, 1, 2, 2] = float("nan")
+    x[0, 1, 2, 3] = float("nan")
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x)
+    check(lambda x: F.adaptive_max_pool2d(x, (4, 5), return_indices=True), x)
+    x = torch.full((1, 1, 4, 4), float("-inf"))
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8], ids=str)
+def test_max_pool_integer(dtype):
+    x = torch.randint(0, 100, (2, 3, 7, 7)).to(dtype)
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x)
+
+
+def test_avg_pool_integer():
+    x = torch.randint(0, 100, (2, 3, 7, 7))
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1), x)
+
+
+def test_pool_empty():
+    check(lambda x: F.max_pool2d(x, 2), _r((0, 3, 4, 4)))
+    check(lambda x: F.avg_pool2d(x, 2), _r((0, 3, 4, 4)))
+    check(lambda x: F.adaptive_avg_pool2d(x, 2), _r((0, 3, 4, 4)))
+    check(lambda x: F.adaptive_max_pool2d(x, 2), _r((0, 3, 4, 4)))
+
+
+def test_pool_modules():
+    torch.manual_seed(0)
+    for m in [nn.MaxPool2d(3, 2, 1), nn.AvgPool2d(3, 2, 1), nn.AdaptiveAvgPool2d((2, 3)),
+              nn.AdaptiveMaxPool2d(3), nn.MaxPool1d(2), nn.AvgPool3d(2), nn.LPPool2d(2, 2)]:
+        shape = (2, 3, 8) if isinstance(m, nn.MaxPool1d) else (1, 2, 4, 6, 6) if isinstance(m, nn.AvgPool3d) \
+            else (2, 3, 8, 8)
+        x = _r(shape).abs() + 0.1
+        check(m, x.requires_grad_(), grad=True, **TOL[torch.float32])
+
+
+def test_pool_errors():
+    x = torch.randn(1, 3, 4, 4, device="neuron")
+    with pytest.raises(RuntimeError):
+        F.max_pool2d(x, 2, padding=2)  # pad should be at most half of kernel
+    with pytest.raises(RuntimeError):
+        F.avg_pool2d(x, 5)  # output size too small
