@@ -173,13 +173,14 @@ def typed_scalar(t: Tensor, index: int):
 class _Walk:
     """One pass over an op's arguments: key tokens, executable inputs, cells."""
 
-    __slots__ = ("cells", "slots", "arrays", "dyn", "index", "static")
+    __slots__ = ("cells", "slots", "arrays", "dyn", "offs", "index", "static")
 
     def __init__(self, static):
         self.cells = []
         self.slots = {}
         self.arrays = []
         self.dyn = []
+        self.offs = []  # nonzero storage offsets: executable inputs, not key parts
         self.index = None
         self.static = static
 
@@ -202,7 +203,11 @@ class _Walk:
                 slot = self.slots[cid] = len(self.cells)
                 self.cells.append(cell)
                 self.arrays.append(cell.arr)
-            return (slot, t.dtype, t.shape, t.stride(), t.storage_offset(), cell.dt, cell.numel)
+            off = t.storage_offset()
+            if off:
+                self.offs.append(off)
+                off = -1
+            return (slot, t.dtype, t.shape, t.stride(), off, cell.dt, cell.numel)
         if t.is_cpu and t.dim() == 0:
             self.dyn.append(t)
             return ("cs", t.dtype)
@@ -297,6 +302,8 @@ class Entry:
         inputs = w.arrays
         if w.dyn:
             inputs = inputs + [t_or_v for t_or_v in self._dyn_values(w.dyn, index)]
+        if w.offs:
+            inputs = inputs + [dyn_scalar(o, index) for o in w.offs]
         if exe.random:
             from . import device
 
@@ -358,10 +365,10 @@ class Entry:
         else:
             meta_func = meta_self
 
-        specs = [None] * len(w.cells)
-        tmpl_args, tmpl_kwargs, tensor_specs = _template(args, kwargs, sch, self.static, w)
+        tmpl_args, tmpl_kwargs, spec_of = _template(args, kwargs, sch, self.static, w)
         ncells = len(w.cells)
         ndyn = len(w.dyn)
+        noffs = len(w.offs)
         low = self.low
         mode = self.mode
         mutated_paths = [(i, sch.names[i]) for i in sch.mutated]
@@ -389,11 +396,11 @@ class Entry:
             for i, name in mutated_paths:
                 v = sch.arg(args, kwargs, i)
                 if isinstance(v, (list, tuple)):
-                    write_targets.append([_write_target(x, w) for x in v])
+                    write_targets.append([_write_target(x, w, spec_of) for x in v])
                 elif v is None:
                     write_targets.append(None)
                 else:
-                    write_targets.append(_write_target(v, w))
+                    write_targets.append(_write_target(v, w, spec_of))
         writes_slots = sorted({t[0] for grp in write_targets if grp is not None
                                for t in (grp if isinstance(grp, list) else [grp])})
         random = self.random
@@ -403,8 +410,9 @@ class Entry:
         def traced(*inputs):
             slots = list(inputs[:ncells])
             dyn = inputs[ncells:ncells + ndyn]
-            rng = inputs[ncells + ndyn] if random else None
-            jargs, jkwargs = _fill(tmpl_args, tmpl_kwargs, slots, dyn)
+            offs = inputs[ncells + ndyn:ncells + ndyn + noffs]
+            rng = inputs[ncells + ndyn + noffs] if random else None
+            jargs, jkwargs = _fill(tmpl_args, tmpl_kwargs, slots, dyn, offs)
             key = None
             if rng is not None:
                 key = jax.random.fold_in(jax.random.PRNGKey(rng[0]), rng[1])
@@ -430,9 +438,11 @@ class Entry:
                         continue
                     if isinstance(grp, list):
                         for tgt, v in zip(grp, val):
-                            slots[tgt[0]] = storage.write_view(slots[tgt[0]], tgt[1], _as_array(v))
+                            slots[tgt[0]] = storage.write_view(
+                                slots[tgt[0]], _resolve(tgt[1], offs), _as_array(v))
                     else:
-                        slots[grp[0]] = storage.write_view(slots[grp[0]], grp[1], _as_array(val))
+                        slots[grp[0]] = storage.write_view(
+                            slots[grp[0]], _resolve(grp[1], offs), _as_array(val))
             return tuple(outs) + tuple(slots[s] for s in writes_slots)
 
         exe = Executable()
@@ -486,7 +496,7 @@ def _layout(v, spec):
     return v.reshape(-1)
 
 
-def _write_target(t, w):
+def _write_target(t, w, spec_of):
     cell = storage.cell_of(t)
     slot = w.slots[id(cell)]
     if torch._debug_has_internal_overlap(t) == 1:
@@ -494,7 +504,7 @@ def _write_target(t, w):
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location. Please clone() the tensor before performing the operation."
         )
-    return (slot, storage.view_spec(t))
+    return (slot, spec_of[id(t)])
 
 
 def _flatten_returns(meta, sch, mutating=False):
@@ -565,13 +575,40 @@ class _Dyn:
         self.i = i
 
 
+class _Off:
+    """Placeholder for the k-th dynamic storage offset in a view spec."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k):
+        self.k = k
+
+
+def _resolve(spec, offs):
+    off = spec[3]
+    if isinstance(off, _Off):
+        return (spec[0], spec[1], spec[2], offs[off.k])
+    return spec
+
+
 def _template(args, kwargs, sch, static, w):
-    """Arguments with tensors and dynamic scalars replaced by placeholders."""
+    """Arguments with tensors and dynamic scalars replaced by placeholders.
+
+    Visits tensors in the same order as _Walk, so the k-th nonzero storage
+    offset becomes the k-th offset input.  Returns (args, kwargs, {id(tensor): spec})."""
     dyn_i = [0]
+    off_i = [0]
+    spec_of = {}
 
     def tens(t):
         if t.device.type == "neuron":
-            return _Slot(w.slots[id(storage.cell_of(t))], storage.view_spec(t))
+            dtype, shape, strides, off = storage.view_spec(t)
+            if off:
+                off = _Off(off_i[0])
+                off_i[0] += 1
+            spec = (dtype, shape, strides, off)
+            spec_of.setdefault(id(t), spec)
+            return _Slot(w.slots[id(storage.cell_of(t))], spec)
         d = _Dyn(dyn_i[0])
         dyn_i[0] += 1
         return d
@@ -608,13 +645,13 @@ def _template(args, kwargs, sch, static, w):
 
     targs = [val(a, sch.kinds[i], sch.names[i]) for i, a in enumerate(args)]
     tkw = {k: val(v, sch.kind_of[k], k) for k, v in kwargs.items()}
-    return targs, tkw, None
+    return targs, tkw, spec_of
 
 
-def _fill(targs, tkw, slots, dyn):
+def _fill(targs, tkw, slots, dyn, offs=()):
     def f(v):
         if isinstance(v, _Slot):
-            return storage.read_view(slots[v.slot], v.spec)
+            return storage.read_view(slots[v.slot], _resolve(v.spec, offs))
         if isinstance(v, _Dyn):
             return dyn[v.i]
         if isinstance(v, list):

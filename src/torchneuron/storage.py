@@ -473,15 +473,32 @@ def _block_plan(shape, strides):
 
 
 def _index_array(shape, strides, offset):
-    idx = jnp.full(shape, offset, dtype=jnp.int64)
+    idx = jnp.zeros(shape, dtype=jnp.int64) + offset
     for d, (s, st) in enumerate(zip(shape, strides)):
         if s != 1 and st != 0:
             idx = idx + lax.broadcasted_iota(jnp.int64, shape, d) * st
     return idx
 
 
+def _static(offset) -> bool:
+    return isinstance(offset, int)
+
+
+def _slice1(flat, offset, size):
+    """flat[offset:offset+size] for a static or traced offset."""
+    if _static(offset):
+        if offset == 0 and size == flat.shape[0]:
+            return flat
+        return lax.slice(flat, (offset,), (offset + size,))
+    return lax.dynamic_slice(flat, (offset,), (size,))
+
+
 def read_view(flat, spec):
-    """Trace: the values of the view `spec` over the flat cell array `flat`."""
+    """Trace: the values of the view `spec` over the flat cell array `flat`.
+
+    spec = (dtype, shape, strides, offset); offset may be a traced integer, so
+    one executable serves a view at any position (x[i] in a loop, batches
+    sliced out of a device tensor)."""
     dtype, shape, strides, offset = spec
     jd = jdtype(dtype)
     if flat.dtype != jd:
@@ -496,8 +513,7 @@ def read_view(flat, spec):
         return jnp.broadcast_to(sub, shape)
     order = _perm_plan(shape, strides)
     if order is not None:
-        block = lax.slice(flat, (offset,), (offset + numel,)) if (offset or numel != flat.shape[0]) else flat
-        block = block.reshape([shape[d] for d in order])
+        block = _slice1(flat, offset, numel).reshape([shape[d] for d in order])
         if order != sorted(order):
             inv = [order.index(d) for d in range(len(shape))]
             block = jnp.transpose(block, inv)
@@ -505,11 +521,16 @@ def read_view(flat, spec):
     plan = _block_plan(shape, strides)
     if plan is not None:
         order, base, limits, blen = plan
-        end = offset + blen
+        # the view's elements lie in [offset, offset + extent); the block read
+        # spans blen >= extent elements, so pad the tail by the difference
+        extent = 1 + sum((shape[d] - 1) * strides[d] for d in order)
         seg = flat
-        if end > flat.shape[0]:
-            seg = jnp.pad(flat, (0, end - flat.shape[0]))
-        seg = lax.slice(seg, (offset,), (end,)).reshape(base)
+        pad = blen - extent
+        if _static(offset):
+            pad = max(0, offset + blen - flat.shape[0])
+        if pad > 0:
+            seg = jnp.pad(flat, (0, pad))
+        seg = _slice1(seg, offset, blen).reshape(base)
         seg = lax.slice(seg, (0,) * len(base), limits).reshape([shape[d] for d in order])
         perm = [order.index(d) for d in sorted(order)]
         out = jnp.transpose(seg, perm) if perm != list(range(len(perm))) else seg
@@ -532,7 +553,7 @@ def write_view(flat, spec, values):
         if order != sorted(order):
             values = jnp.transpose(values, order)
         vflat = values.reshape(-1)
-        if offset == 0 and numel == view_flat.shape[0]:
+        if _static(offset) and offset == 0 and numel == view_flat.shape[0]:
             new = vflat
         else:
             new = lax.dynamic_update_slice(view_flat, vflat, (offset,))

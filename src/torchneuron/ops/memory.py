@@ -120,11 +120,17 @@ def materialize(t: torch.Tensor):
     """The tensor's values as a jax array of its shape (on the device)."""
     cell = storage.cell_of(t)
     arr = cell.arr
-    spec = storage.view_spec(t)
-    key = (spec, arr.dtype, arr.shape[0])
+    dtype, shape, strides, off = storage.view_spec(t)
+    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0])
     f = _read_fns.get(key)
     if f is None:
-        f = _read_fns[key] = jax.jit(lambda a: storage.read_view(a, spec))
+        if off:
+            f = jax.jit(lambda a, o: storage.read_view(a, (dtype, shape, strides, o)))
+        else:
+            f = jax.jit(lambda a: storage.read_view(a, (dtype, shape, strides, 0)))
+        _read_fns[key] = f
+    if off:
+        return f(arr, dispatch.dyn_scalar(off, cell.index))
     return f(arr)
 
 
@@ -156,12 +162,19 @@ def assign(dst: torch.Tensor, values) -> None:
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location. Please clone() the tensor before performing the operation.")
     arr = cell.arr
-    spec = storage.view_spec(dst)
-    key = (spec, arr.dtype, arr.shape[0], values.shape, values.dtype)
+    dtype, shape, strides, off = storage.view_spec(dst)
+    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], values.shape, values.dtype)
     f = _assign_fns.get(key)
     if f is None:
-        f = _assign_fns[key] = jax.jit(lambda a, v: storage.write_view(a, spec, v))
-    cell.arr = f(arr, values)
+        if off:
+            f = jax.jit(lambda a, v, o: storage.write_view(a, (dtype, shape, strides, o), v))
+        else:
+            f = jax.jit(lambda a, v: storage.write_view(a, (dtype, shape, strides, 0), v))
+        _assign_fns[key] = f
+    if off:
+        cell.arr = f(arr, values, dispatch.dyn_scalar(off, cell.index))
+    else:
+        cell.arr = f(arr, values)
 
 
 def _upload(src: torch.Tensor, index: int):

@@ -1,0 +1,50 @@
+"""The ``torchneuron`` command: ``torchneuron demo``, ``torchneuron info``, ..."""
+from __future__ import annotations
+
+import sys
+
+
+def _info(argv) -> int:
+    import jax
+    import torch
+
+    import torchneuron
+    from torchneuron import runtime
+
+    print(f"torchneuron {torchneuron.__version__}")
+    print(f"torch       {torch.__version__}")
+    print(f"jax         {jax.__version__}")
+    print(f"platform    {runtime.platform()}")
+    for i in range(torch.neuron.device_count()):
+        print(f"neuron:{i}    {torch.neuron.get_device_name(i)}")
+    return 0
+
+
+COMMANDS = {
+    "demo": ("torchneuron.demo", "main", "train a CNN on digits on the neuron device"),
+    "info": (None, _info, "versions and devices"),
+    "conformance": ("torchneuron.tools.conformance", "main", "run the OpInfo conformance sweep"),
+}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: torchneuron <command> [options]\n\ncommands:")
+        for name, (_, _, doc) in COMMANDS.items():
+            print(f"  {name:12s} {doc}")
+        return 0
+    cmd = argv.pop(0)
+    if cmd not in COMMANDS:
+        print(f"torchneuron: unknown command {cmd!r}", file=sys.stderr)
+        return 2
+    mod, fn, _ = COMMANDS[cmd]
+    if mod is None:
+        return fn(argv)
+    import importlib
+
+    return getattr(importlib.import_module(mod), fn)(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
