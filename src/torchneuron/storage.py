@@ -45,7 +45,7 @@ def _alloc_addr(nbytes: int) -> int:
     global _next_addr
     with _addr_lock:
         a = _next_addr
-        _next_addr += (nbytes // _ADDR_ALIGN + 2) * _ADDR_ALIGN
+        _next_addr = a + (nbytes // _ADDR_ALIGN + 2) * _ADDR_ALIGN
     return a
 
 
@@ -66,14 +66,19 @@ class _Stats:
 
 
 _stats: dict[int, _Stats] = {}
-_live = weakref.WeakSet()
 # fake address -> weakref(cell): finds the cell when PyTorch wraps our memory in a
 # storage of its own (at::from_blob in storage serialization)
 _by_addr: dict = {}
 
 
 def live_cells():
-    return _live
+    """The cells of all live storages."""
+    out = []
+    for r in list(_by_addr.values()):
+        c = r()
+        if c is not None:
+            out.append(c)
+    return out
 
 
 def stats(index: int) -> _Stats:
@@ -141,7 +146,6 @@ class Cell:
             s.peak = s.allocated
         if s.count > s.peak_count:
             s.peak_count = s.count
-        _live.add(self)
 
     def __del__(self):
         try:
