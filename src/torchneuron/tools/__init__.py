@@ -1,0 +1,1 @@
+"""Command-line tools: the OpInfo conformance sweep (``torchneuron conformance``)."""

@@ -1,0 +1,791 @@
+"""``torchneuron conformance``: PyTorch's OpInfo database run on the neuron device.
+
+Every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db``
+(and variant) × dtype × sample input is run on the CPU and on the neuron
+device through PyTorch's device-generic test machinery (see
+``conformance_worker``), in parallel worker processes, and classified per
+op × dtype × check (forward; float32 backward) as PASS, MISMATCH, ERROR,
+FALLBACK, TIMEOUT, UNSUPPORTED_DTYPE or SKIP.
+
+Results are appended to a JSONL file as they come, so an interrupted run
+resumes where it stopped.  At the end the reports are (re)built from every
+result in that file: ``reports/conformance.json``, ``docs/coverage.md`` and
+``docs/coverage.png``.
+
+    torchneuron conformance                      # full sweep (resumes), then reports
+    torchneuron conformance --ops add,mul,nn.functional.conv2d --dtypes float32
+    torchneuron conformance --shard 1/2          # half of the ops (by op)
+    torchneuron conformance --report-only        # rebuild the reports from the results
+    torchneuron conformance --gate               # the CI sample vs the baseline
+    torchneuron conformance --gate --update-baseline
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import datetime as _dt
+import fnmatch
+import io
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def repo_root() -> str:
+    """The source checkout (where reports/ and docs/ live), else the current directory."""
+    root = os.path.abspath(os.path.join(_HERE, "..", "..", ".."))
+    if os.path.exists(os.path.join(root, "pyproject.toml")):
+        return root
+    return os.getcwd()
+
+
+ROOT = repo_root()
+DEFAULT_RESULTS = os.path.join(ROOT, "reports", "conformance.jsonl")
+DEFAULT_JSON = os.path.join(ROOT, "reports", "conformance.json")
+DEFAULT_MD = os.path.join(ROOT, "docs", "coverage.md")
+DEFAULT_PNG = os.path.join(ROOT, "docs", "coverage.png")
+DEFAULT_BASELINE = os.path.join(ROOT, "tests", "conformance_baseline.csv")
+
+CHECKS = ("forward", "backward")
+# sample-status precedence when several samples of a unit disagree
+PRECEDENCE = ["TIMEOUT", "ERROR", "MISMATCH", "FALLBACK", "PASS", "SKIP"]
+
+# ---------------------------------------------------------------------------
+# The CI gate: a fixed, deterministic sample of the sweep.  Chosen across the
+# families, cheap (few samples, small shapes), and including ops that do not
+# pass yet, so both directions of the baseline check are exercised.
+
+GATE_OPS = [
+    # elementwise unary
+    "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "tanh", "sigmoid", "erf", "floor",
+    "round", "sign", "logical_not", "bitwise_not", "isnan", "nan_to_num", "reciprocal",
+    # elementwise binary / n-ary
+    "add", "sub", "mul", "div.no_rounding_mode", "div.floor_rounding", "pow", "maximum",
+    "atan2", "eq", "lt", "remainder", "bitwise_and", "clamp", "where", "lerp", "addcmul",
+    # reductions
+    "sum", "mean", "amax", "argmax", "prod", "var", "logsumexp", "cumsum", "all", "sort", "topk",
+    # indexing
+    "gather", "index_select", "masked_fill", "scatter_add", "index_add", "take_along_dim",
+    "nn.functional.embedding",
+    # linalg
+    "mm", "bmm", "matmul", "addmm", "linalg.vector_norm",
+    # conv / pool
+    "nn.functional.conv2d", "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
+    "nn.functional.adaptive_avg_pool2d",
+    # norm
+    "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.group_norm",
+    # loss / activation
+    "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "softmax", "log_softmax",
+    "nn.functional.cross_entropy", "nn.functional.mse_loss",
+    # shape / view
+    "cat", "stack", "reshape", "permute", "transpose", "flip", "roll", "tril", "repeat",
+    "split", "squeeze",
+    # random, creation, other
+    "bernoulli", "nn.functional.dropout", "zeros_like", "arange", "full", "clone",
+]
+# ops the gate also runs in these dtypes (besides float32)
+GATE_EXTRA = {
+    "bfloat16": ["add", "mul", "exp", "sum", "mm", "softmax", "nn.functional.gelu",
+                 "nn.functional.layer_norm", "cat", "where"],
+    "int64": ["add", "mul", "sum", "cumsum", "gather", "sort", "eq", "cat", "abs",
+              "remainder"],
+}
+
+
+# ---------------------------------------------------------------------------
+# the catalog of OpInfos (in the parent)
+
+
+def op_info(op):
+    """What the parent needs to know about an OpInfo."""
+    from .opdb import DTYPE_NAMES, cpu_dtypes, family, has_backward
+
+    return {
+        "name": op.name,
+        "variant": op.variant_test_name or "",
+        "family": family(op),
+        "dtypes": sorted(DTYPE_NAMES[d] for d in cpu_dtypes(op) if d in DTYPE_NAMES),
+        "backward": has_backward(op),
+    }
+
+
+def catalog():
+    """{op id: info} for every OpInfo in op_db, in op_db order."""
+    from .opdb import load_op_db, op_id
+
+    return {op_id(op): op_info(op) for op in load_op_db()}
+
+
+def select_ops(cat, patterns):
+    """Op ids matching any pattern: an op id, an op name (all its variants) or a glob."""
+    if not patterns:
+        return list(cat)
+    chosen, missing = [], []
+    for p in patterns:
+        hits = [i for i, v in cat.items() if i == p or v["name"] == p or fnmatch.fnmatchcase(i, p)]
+        if not hits:
+            missing.append(p)
+        chosen.extend(h for h in hits if h not in chosen)
+    if missing:
+        print(f"torchneuron conformance: no OpInfo matches {', '.join(missing)}", file=sys.stderr)
+    order = {k: n for n, k in enumerate(cat)}
+    return sorted(chosen, key=order.__getitem__)
+
+
+def expected_checks(info, dtype):
+    return ["forward", "backward"] if (dtype == "float32" and info["backward"]) else ["forward"]
+
+
+# ---------------------------------------------------------------------------
+# results file
+
+
+def row_key(r):
+    return (r["op"], r["dtype"], r["check"])
+
+
+def load_results(path):
+    """(rows by key, run records) from a JSONL results file; later lines win."""
+    rows, runs = {}, []
+    if not os.path.exists(path):
+        return rows, runs
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill: ignore it
+                continue
+            if "run" in obj:
+                runs.append(obj["run"])
+            else:
+                rows[row_key(obj)] = obj
+    return rows, runs
+
+
+class ResultsFile:
+    def __init__(self, path):
+        self.path = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def append(self, objs):
+        data = "".join(json.dumps(o, sort_keys=True) + "\n" for o in objs)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            try:
+                import fcntl
+
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except Exception:
+                pass
+            os.write(fd, data.encode())
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------
+# aggregation of a unit's samples into rows
+
+
+def aggregate(oid, info, dtype, begin, samples, end, timeout=None, crashed=None):
+    """Rows (forward, and backward for float32 differentiable ops) of one unit."""
+    begin = begin or {}
+    end = end or {}
+    rows = []
+    for check in expected_checks(info, dtype):
+        key = "fwd" if check == "forward" else "bwd"
+        counts = collections.Counter()
+        first = {}
+        fallback, decomposed = set(), set()
+        for s in samples:
+            st = s.get(key)
+            if st is None:
+                continue
+            counts[st[0]] += 1
+            first.setdefault(st[0], (st[1], s.get("desc", ""), s.get("i")))
+            fallback.update(s.get("fb_" + key, ()))
+            decomposed.update(s.get("dec_" + key, ()))
+        decomposed -= fallback
+        n = begin.get("n")
+        if timeout is not None:
+            status = "TIMEOUT"
+            done = len(samples)
+            so_far = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            message = (f"no result within {timeout:.0f} s ({done}/{n if n is not None else '?'} "
+                       f"samples done{': ' + so_far if so_far else ''})")
+            sample = ""
+        elif crashed is not None:
+            status, message, sample = "ERROR", crashed, ""
+            if samples:
+                sample = f"after sample {samples[-1].get('i')}"
+        elif end.get("harness_error"):
+            status, message, sample = "ERROR", "harness error: " + end["harness_error"], ""
+        elif not counts:
+            status = "SKIP"
+            message = begin.get("sample_error") or ("no sample inputs for this dtype" if n == 0
+                                                    else "no sample was checked")
+            sample = ""
+        else:
+            status = next(s for s in PRECEDENCE if counts.get(s))
+            message, sample, idx = first[status]
+            if status == "FALLBACK":
+                message = "ran through the CPU fallback: " + ", ".join(sorted(fallback))
+            if idx is not None and sample:
+                sample = f"#{idx}: {sample}"
+        rows.append({
+            "op": oid, "name": info["name"], "variant": info["variant"], "family": info["family"],
+            "dtype": dtype, "check": check, "status": status, "message": message, "sample": sample,
+            "samples": n if n is not None else 0, "counts": dict(counts),
+            "fallback_ops": sorted(fallback), "decomposed_ops": sorted(decomposed),
+            "values_compared": bool(begin.get("values", True)), "note": begin.get("note", ""),
+            "pytorch_xfail": bool(end.get("xfail")), "seconds": round(end.get("seconds", 0.0), 2),
+        })
+    return rows
+
+
+def unsupported_row(oid, info, dtype):
+    return {
+        "op": oid, "name": info["name"], "variant": info["variant"], "family": info["family"],
+        "dtype": dtype, "check": "forward", "status": "UNSUPPORTED_DTYPE",
+        "message": f"the OpInfo lists no {dtype} support on the CPU", "sample": "", "samples": 0,
+        "counts": {}, "fallback_ops": [], "decomposed_ops": [], "values_compared": False,
+        "note": "", "pytorch_xfail": False, "seconds": 0.0,
+    }
+
+
+# ---------------------------------------------------------------------------
+# worker pool
+
+
+class _Worker:
+    _ids = 0
+
+    def __init__(self, ctx, op_ids, dtypes, log_path):
+        from . import conformance_worker
+
+        _Worker._ids += 1
+        self.wid = _Worker._ids
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=conformance_worker.main, args=(child, op_ids, dtypes, log_path),
+                                name=f"conformance-worker-{self.wid}", daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready = False
+        self.started = time.monotonic()
+        self.unit = None
+        self.reset_unit()
+
+    def reset_unit(self):
+        self.unit = None
+        self.t0 = None
+        self.begin, self.samples, self.end = None, [], {}
+
+    def assign(self, unit):
+        self.unit = unit
+        self.t0 = time.monotonic()
+        self.begin, self.samples, self.end = None, [], {}
+        self.conn.send(("unit",) + unit)
+
+    def kill(self):
+        try:
+            self.proc.kill()
+        except Exception:
+            pass
+        self.proc.join(5)
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+    def stop(self):
+        try:
+            self.conn.send(("stop",))
+        except Exception:
+            pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.kill()
+
+
+def run_units(units, cat, results: ResultsFile, *, workers=2, timeout=300.0, op_ids=None,
+              dtypes=(), log_path=None, max_rss_mb=6000, progress=True, desc="conformance"):
+    """Run (op id, dtype) units in a pool of spawned workers; append rows to `results`."""
+    from tqdm import tqdm
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = collections.deque(units)
+    nworkers = max(1, min(workers, len(units)))
+    pool = [_Worker(ctx, op_ids, list(dtypes), log_path) for _ in range(nworkers)]
+    counts = collections.Counter()
+    bar = tqdm(total=len(units), desc=desc, unit="unit", dynamic_ncols=True, disable=not progress,
+               smoothing=0.05)
+    bar.set_postfix_str(f"starting {nworkers} worker(s)")
+    startup_limit = max(900.0, timeout)
+    fatal = None
+
+    def finish(w, **kw):
+        oid, dt = w.unit
+        rows = aggregate(oid, cat[oid], dt, w.begin, w.samples, w.end, **kw)
+        results.append(rows)
+        for r in rows:
+            counts[r["status"]] += 1
+        bar.update(1)
+        bar.set_postfix_str(" ".join(f"{k[:4]}={v}" for k, v in sorted(counts.items())) +
+                            f" | {oid} {dt}", refresh=False)
+        w.reset_unit()
+
+    def replace(w):
+        pool[pool.index(w)] = _Worker(ctx, op_ids, list(dtypes), log_path)
+
+    try:
+        while queue or any(w.unit for w in pool):
+            for w in pool:
+                if w.ready and w.unit is None and queue:
+                    w.assign(queue.popleft())
+            waitables = [w.conn for w in pool] + [w.proc.sentinel for w in pool]
+            ready = multiprocessing.connection.wait(waitables, timeout=1.0)
+            for w in list(pool):
+                if w.conn in ready:
+                    try:
+                        while w.conn.poll():
+                            msg = w.conn.recv()
+                            kind = msg[0]
+                            if kind == "ready":
+                                w.ready = True
+                            elif kind == "fatal":
+                                fatal = msg[1]
+                                raise RuntimeError("a conformance worker failed to start:\n" + msg[1])
+                            elif kind == "begin":
+                                w.begin = msg[1]
+                            elif kind == "sample":
+                                w.samples.append(msg[1])
+                            elif kind == "xfail":
+                                w.end["xfail"] = True
+                            elif kind == "end":
+                                w.end.update(msg[1])
+                                finish(w)
+                                if msg[1].get("rss_mb", 0) > max_rss_mb:
+                                    w.stop()
+                                    replace(w)
+                                    break
+                    except (EOFError, OSError):
+                        pass
+                if not w.proc.is_alive() and w in pool:
+                    code = w.proc.exitcode
+                    if w.unit is not None:
+                        finish(w, crashed=f"the worker process died (exit code {code}) while running "
+                                          "this unit")
+                    elif not w.ready:
+                        raise RuntimeError(f"a conformance worker died while starting (exit code {code}); "
+                                           f"see {log_path}")
+                    w.kill()
+                    replace(w)
+            now = time.monotonic()
+            for w in list(pool):
+                if w.unit is not None and now - w.t0 > timeout:
+                    w.kill()
+                    finish(w, timeout=timeout)
+                    replace(w)
+                elif not w.ready and now - w.started > startup_limit:
+                    raise RuntimeError(f"a conformance worker did not start within {startup_limit:.0f} s")
+    finally:
+        bar.close()
+        for w in pool:
+            if w.proc.is_alive():
+                if w.unit is None and w.ready:
+                    w.stop()
+                else:
+                    w.kill()
+    if fatal:
+        raise RuntimeError(fatal)
+    return counts
+
+
+# ---------------------------------------------------------------------------
+# baseline (expected non-passes) and the gate
+
+
+BASELINE_HEADER = """\
+# Expected non-passes of the OpInfo conformance sweep (torchneuron conformance).
+# One line per op x dtype x check that does not PASS; anything not listed is expected to PASS.
+# status: MISMATCH | ERROR | FALLBACK | TIMEOUT | SKIP (UNSUPPORTED_DTYPE is never listed).
+# note: why (free text, kept by --update-baseline while the status stays the same).
+# tests/test_conformance_gate.py fails when the gate sample disagrees with this file in either
+# direction; regenerate with: torchneuron conformance --gate --update-baseline
+# (or after a full sweep: torchneuron conformance --update-baseline).
+"""
+
+
+def load_baseline(path):
+    """{(op, dtype, check): {"status", "note"}}"""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path, newline="") as f:
+        lines = [ln for ln in f if not ln.startswith("#")]
+    for rec in csv.DictReader(lines):
+        out[(rec["op"], rec["dtype"], rec["check"])] = {"status": rec["status"],
+                                                         "note": rec.get("note") or ""}
+    return out
+
+
+def write_baseline(path, entries, meta_line=""):
+    from .opdb import DTYPES
+
+    dorder = {d: i for i, d in enumerate(DTYPES)}
+    buf = io.StringIO()
+    buf.write(BASELINE_HEADER)
+    if meta_line:
+        buf.write(f"# {meta_line}\n")
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["op", "dtype", "check", "status", "note"])
+    for k in sorted(entries, key=lambda k: (k[0], dorder.get(k[1], 99), k[2])):
+        e = entries[k]
+        w.writerow([k[0], k[1], k[2], e["status"], e.get("note", "")])
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        f.write(buf.getvalue())
+
+
+def update_baseline(path, rows, meta_line=""):
+    """Replace the baseline entries of the units in `rows` by their current status."""
+    entries = load_baseline(path)
+    units = {(r["op"], r["dtype"]) for r in rows}
+    kept = {k: v for k, v in entries.items() if (k[0], k[1]) not in units}
+    changed = 0
+    for r in rows:
+        k = row_key(r)
+        if r["status"] in ("PASS", "UNSUPPORTED_DTYPE"):
+            changed += k in entries
+            continue
+        old = entries.get(k)
+        note = old["note"] if old and old["status"] == r["status"] else ""
+        changed += (old is None or old["status"] != r["status"])
+        kept[k] = {"status": r["status"], "note": note}
+    write_baseline(path, kept, meta_line)
+    return changed, len(kept)
+
+
+def compare_to_baseline(rows, baseline):
+    """Disagreements between gate rows and the baseline: list of (key, expected, got, message)."""
+    problems = []
+    for r in rows:
+        if r["status"] == "UNSUPPORTED_DTYPE":
+            continue
+        k = row_key(r)
+        want = baseline.get(k, {"status": "PASS"})["status"]
+        if r["status"] != want:
+            problems.append((k, want, r["status"], r.get("message", "")))
+    seen_units = {(r["op"], r["dtype"]) for r in rows}
+    seen = {row_key(r) for r in rows}
+    for k, v in baseline.items():
+        if (k[0], k[1]) in seen_units and k not in seen:
+            problems.append((k, v["status"], "(no such row)", "the baseline lists a check the sweep no longer makes"))
+    return problems
+
+
+def format_problem(p):
+    (op, dt, check), want, got, msg = p
+    if want == "PASS":
+        kind = "REGRESSION"
+    elif got == "PASS":
+        kind = "NOW PASSES (update the baseline)"
+    else:
+        kind = "CHANGED"
+    return f"{kind}: {op} {dt} {check}: baseline {want}, now {got}" + (f" -- {msg[:300]}" if msg else "")
+
+
+def gate_units(cat):
+    units = []
+    for oid in GATE_OPS:
+        if oid in cat and "float32" in cat[oid]["dtypes"]:
+            units.append((oid, "float32"))
+    for dt, ops in GATE_EXTRA.items():
+        for oid in ops:
+            if oid in cat and dt in cat[oid]["dtypes"]:
+                units.append((oid, dt))
+    return units
+
+
+def run_gate(workers=2, timeout=300.0, results_path=None, progress=True, log_path=None):
+    """Run the CI sample of the sweep; returns its rows."""
+    from .opdb import DTYPES
+
+    cat = catalog()
+    units = gate_units(cat)
+    tmp = None
+    if results_path is None:
+        tmp = tempfile.mkdtemp(prefix="tn-conformance-gate-")
+        results_path = os.path.join(tmp, "gate.jsonl")
+    if os.path.exists(results_path):
+        os.remove(results_path)
+    res = ResultsFile(results_path)
+    op_ids = sorted({u[0] for u in units})
+    dts = [d for d in DTYPES if any(u[1] == d for u in units)]
+    run_units(units, cat, res, workers=workers, timeout=timeout, op_ids=op_ids, dtypes=dts,
+              log_path=log_path or os.path.join(tempfile.gettempdir(), "tn-conformance-gate.log"),
+              progress=progress, desc="conformance gate")
+    rows, _ = load_results(results_path)
+    return [rows[k] for k in sorted(rows)]
+
+
+# ---------------------------------------------------------------------------
+# command line
+
+
+def _parse_shard(s):
+    try:
+        i, n = (int(x) for x in s.split("/"))
+    except Exception:
+        raise argparse.ArgumentTypeError("--shard takes i/n, e.g. 1/4 (1-based)")
+    if not (n >= 1 and 1 <= i <= n):
+        raise argparse.ArgumentTypeError("--shard takes i/n with 1 <= i <= n")
+    return i, n
+
+
+def _split(s):
+    return [x.strip() for x in s.split(",") if x.strip()] if s else []
+
+
+def build_parser():
+    from .opdb import DTYPES, STATUSES
+
+    p = argparse.ArgumentParser(
+        prog="torchneuron conformance",
+        description="Run PyTorch's OpInfo test database (op_db) on the neuron device and compare "
+                    "with the CPU; write reports/conformance.json, docs/coverage.md and a chart.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="statuses:\n" + "\n".join(f"  {k:18s}{v}" for k, v in STATUSES.items()))
+    p.add_argument("--ops", type=_split, default=[],
+                   help="comma-separated op ids, names (all variants) or globs, e.g. "
+                        "'add,div.trunc_rounding,nn.functional.conv*'")
+    p.add_argument("--dtypes", type=_split, default=list(DTYPES),
+                   help=f"comma-separated dtypes (default: {','.join(DTYPES)})")
+    p.add_argument("--shard", type=_parse_shard, default=None, metavar="I/N",
+                   help="run the I-th of N slices of the selected ops (1-based, by op)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds one op x dtype may run before it is recorded as TIMEOUT (default 300)")
+    p.add_argument("--results", default=DEFAULT_RESULTS,
+                   help="JSONL results file, appended to and resumed from (default reports/conformance.jsonl)")
+    p.add_argument("--rerun", action="store_true",
+                   help="run the selected units again even if the results file has them")
+    p.add_argument("--retry", type=_split, default=[], metavar="STATUSES",
+                   help="run again the selected units whose recorded rows have one of these statuses "
+                        "(e.g. TIMEOUT,ERROR)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start a new results file (the old one is kept as .old)")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the reports from the results file")
+    p.add_argument("--no-report", action="store_true", help="do not rebuild the reports after the run")
+    p.add_argument("--json", default=DEFAULT_JSON, help="machine-readable report (reports/conformance.json)")
+    p.add_argument("--md", default=DEFAULT_MD, help="Markdown report (docs/coverage.md)")
+    p.add_argument("--png", default=DEFAULT_PNG, help="chart (docs/coverage.png)")
+    p.add_argument("--gate", action="store_true",
+                   help="run the fixed CI sample (GATE_OPS) and compare with the baseline")
+    p.add_argument("--update-baseline", action="store_true",
+                   help="rewrite the baseline entries of the units run (with --gate: the gate units; "
+                        "otherwise every selected unit in the results file)")
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, help="baseline file (tests/conformance_baseline.csv)")
+    p.add_argument("--max-rss-mb", type=float, default=6000,
+                   help="restart a worker whose memory grows past this (default 6000)")
+    p.add_argument("--list", action="store_true", help="print the selected units and exit")
+    p.add_argument("--inline", action="store_true",
+                   help="run the units in this process (no workers, no timeout): for debugging one op")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="with --inline: print every sample that does not pass")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _command_line(argv):
+    return "torchneuron conformance" + ("" if not argv else " " + " ".join(shlex.quote(a) for a in argv))
+
+
+def _versions():
+    import torch
+
+    try:
+        import jax
+
+        jv = jax.__version__
+    except Exception:
+        jv = "?"
+    return {"torch": torch.__version__, "jax": jv, "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    from .opdb import DTYPES
+
+    bad = [d for d in args.dtypes if d not in DTYPES]
+    if bad:
+        print(f"torchneuron conformance: unknown dtype(s) {bad}; choose from {list(DTYPES)}", file=sys.stderr)
+        return 2
+    cmd = _command_line(argv)
+
+    if args.gate:
+        t0 = time.time()
+        rows = run_gate(workers=args.workers, timeout=args.timeout, progress=not args.quiet)
+        if args.update_baseline:
+            changed, n = update_baseline(args.baseline, rows, f"gate units last updated {_today()} by: {cmd}")
+            print(f"baseline {os.path.relpath(args.baseline)}: {changed} entries changed, {n} entries")
+            return 0
+        problems = compare_to_baseline(rows, load_baseline(args.baseline))
+        c = collections.Counter(r["status"] for r in rows)
+        print(f"gate: {len(rows)} rows in {time.time() - t0:.0f} s: " +
+              ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+        for p in problems:
+            print(format_problem(p))
+        print("gate: OK, matches the baseline" if not problems else
+              f"gate: {len(problems)} disagreement(s) with {os.path.relpath(args.baseline)}")
+        return 1 if problems else 0
+
+    if args.fresh and os.path.exists(args.results) and not args.report_only:
+        os.replace(args.results, args.results + ".old")
+
+    if not args.report_only:
+        print("torchneuron conformance: loading PyTorch's OpInfo database ...", file=sys.stderr)
+        cat = catalog()
+        ops = select_ops(cat, args.ops)
+        if args.shard:
+            i, n = args.shard
+            ops = [o for k, o in enumerate(ops) if k % n == i - 1]
+        dtypes = [d for d in DTYPES if d in args.dtypes]
+        done, _ = load_results(args.results)
+        retry = set(args.retry)
+        units, unsupported, skipped_done = [], [], 0
+        for oid in ops:
+            info = cat[oid]
+            for dt in dtypes:
+                if dt not in info["dtypes"]:
+                    if args.rerun or (oid, dt, "forward") not in done:
+                        unsupported.append(unsupported_row(oid, info, dt))
+                    continue
+                keys = [(oid, dt, c) for c in expected_checks(info, dt)]
+                have = [done.get(k) for k in keys]
+                if (not args.rerun and all(have) and
+                        not any(h["status"] in retry for h in have)):
+                    skipped_done += 1
+                    continue
+                units.append((oid, dt))
+        if args.list:
+            for u in units:
+                print(*u)
+            print(f"{len(units)} units to run, {skipped_done} already in {args.results}, "
+                  f"{len(unsupported)} unsupported dtypes", file=sys.stderr)
+            return 0
+        results = ResultsFile(args.results)
+        if unsupported:
+            results.append(unsupported)
+        if args.inline:
+            return _run_inline(units, cat, results, dtypes, args.verbose)
+        print(f"torchneuron conformance: {len(ops)} OpInfos x {len(dtypes)} dtypes: {len(units)} units to run "
+              f"({skipped_done} already done, {len(unsupported)} dtypes the CPU does not list); "
+              f"{args.workers} workers, {args.timeout:.0f} s per unit; results -> {os.path.relpath(args.results)}",
+              file=sys.stderr)
+        if units:
+            t0 = time.time()
+            start = _now()
+            results.append([{"run": {"start": start, "command": cmd, "units": len(units),
+                                     "workers": args.workers, **_versions()}}])
+            log_path = os.path.splitext(args.results)[0] + ".log"
+            try:
+                counts = run_units(units, cat, results, workers=args.workers, timeout=args.timeout,
+                                   op_ids=ops if args.ops else None, dtypes=dtypes, log_path=log_path,
+                                   max_rss_mb=args.max_rss_mb, progress=not args.quiet)
+                interrupted = False
+            except KeyboardInterrupt:
+                counts, interrupted = {}, True
+            elapsed = time.time() - t0
+            results.append([{"run": {"start": start, "end": _now(), "elapsed_s": round(elapsed, 1),
+                                     "command": cmd, "units": len(units), "workers": args.workers,
+                                     "interrupted": interrupted, **_versions()}}])
+            print(f"torchneuron conformance: {len(units)} units in {elapsed / 60:.1f} min: " +
+                  ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)
+            if interrupted:
+                print("interrupted: run the same command again to resume", file=sys.stderr)
+                return 130
+
+    rows, runs = load_results(args.results)
+    if args.update_baseline:
+        sel = list(rows.values())
+        if args.ops or args.shard or args.dtypes != list(DTYPES):
+            sel_units = None
+            if not args.report_only:
+                sel_units = {(o, d) for o in ops for d in dtypes}
+            if sel_units is not None:
+                sel = [r for r in sel if (r["op"], r["dtype"]) in sel_units]
+        changed, n = update_baseline(args.baseline, sel, f"last updated {_today()} by: {cmd}")
+        print(f"baseline {os.path.relpath(args.baseline)}: {changed} entries changed, {n} entries")
+    if not args.no_report:
+        from . import conformance_report
+
+        if not rows:
+            print(f"torchneuron conformance: no results in {args.results}", file=sys.stderr)
+            return 1
+        conformance_report.write_reports(list(rows.values()), runs, json_path=args.json, md_path=args.md,
+                                         png_path=args.png, baseline=load_baseline(args.baseline),
+                                         command=cmd)
+        print(f"reports: {os.path.relpath(args.json)}, {os.path.relpath(args.md)}, "
+              f"{os.path.relpath(args.png)}", file=sys.stderr)
+    return 0
+
+
+def _run_inline(units, cat, results, dtypes, verbose):
+    """Run units in this process and print their rows (and failing samples with -v)."""
+    import warnings
+
+    import torchneuron
+
+    from .conformance_worker import build_test_class, collect_unit
+    from .opdb import DTYPES, load_op_db, op_id
+
+    warnings.simplefilter("ignore")
+    prev = torchneuron.set_fallback_policy("silent")
+    try:
+        by_id = {op_id(op): op for op in load_op_db()}
+        ops = [by_id[o] for o in dict.fromkeys(u[0] for u in units)]
+        cls = build_test_class(ops, [DTYPES[d] for d in dtypes])
+        cls.setUpClass()
+        for oid, dt in units:
+            begin, samples, end = collect_unit(cls, by_id[oid], DTYPES[dt])
+            rows = aggregate(oid, cat[oid], dt, begin, samples, end)
+            results.append(rows)
+            for r in rows:
+                print(f"{oid} {dt} {r['check']}: {r['status']} ({r['samples']} samples, {r['seconds']} s)"
+                      + (f" -- {r['message']}" if r["message"] else "") + (f" [{r['sample']}]" if r["sample"] else ""))
+            if verbose:
+                for s in samples:
+                    for key in ("fwd", "bwd"):
+                        st = s.get(key)
+                        if st and st[0] != "PASS":
+                            fb = s.get("fb_" + key) or ""
+                            print(f"   #{s['i']} {key} {st[0]} {st[1]} {fb} | {s['desc']}")
+    finally:
+        torchneuron.set_fallback_policy(prev)
+    return 0
+
+
+def _now():
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _today():
+    return _dt.date.today().isoformat()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
