@@ -11,6 +11,7 @@ import operator
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -60,11 +61,61 @@ def _const(t: torch.Tensor):
     return jnp.asarray(storage.runtime.torch_to_numpy(t.detach().contiguous().cpu()))
 
 
-def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None):
-    """Interpret `gm` on jax values `args` (inside a jax trace)."""
+_SYM_SIZE = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,
+             aten.sym_storage_offset.default}
+_decomp_lowerings: dict = {}
+_NO_DECOMP = object()
+
+
+def find_lowering(op):
+    """The lowering run_graph uses for `op`: the table, compile-only view/allocation
+    lowerings, then a traced PyTorch decomposition (None if none of them)."""
+    low = LOWERINGS.get(op)
+    if low is not None:
+        return low
+    from . import views
+
+    low = views.get(op)
+    if low is not None:
+        return low
+    low = _decomp_lowerings.get(op)
+    if low is None:
+        low = decomposition_lowering(op) if isinstance(op, torch._ops.OpOverload) else None
+        _decomp_lowerings[op] = _NO_DECOMP if low is None else low
+    return None if low is _NO_DECOMP else low
+
+
+def _sym(op, x, meta, args):
+    if op is aten.sym_size.int:
+        return int(x.shape[args[1]])
+    if op is aten.sym_numel.default:
+        return int(x.size)
+    if meta is None:
+        raise Unlowerable(op.name() + " (no metadata for its input)")
+    if op is aten.sym_stride.int:
+        return int(meta.stride(args[1]))
+    return int(meta.storage_offset())
+
+
+def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None, *, rng=None,
+              metas=None, mutations=None, stats=None):
+    """Interpret `gm` on jax values `args` (inside a jax trace).
+
+    key: a jax key for all random nodes (decompositions: the k-th random node
+      draws with fold_in(key, k)).
+    rng: (seed, offset) traced values (compiled graphs): the k-th random node
+      draws with fold_in(PRNGKey(seed), offset + k), exactly the key an eager
+      call of that op would get after k earlier random ops.
+    metas: {node: meta value} overriding node.meta["val"] (concrete shapes).
+    mutations: a dict; ``copy_(placeholder, value)`` nodes record
+      {placeholder index: value} there (input mutations kept in the graph).
+    stats: a dict; gets "random" (random nodes) and "ops" (op nodes).
+    """
     env = {}
     it = iter(args)
     k_used = [0]
+    n_ops = 0
+    placeholder_index = {}
 
     def load(a):
         if isinstance(a, torch.fx.Node):
@@ -77,8 +128,20 @@ def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None):
             return _const(a)
         return a
 
+    def meta_of(n):
+        if metas is not None and n in metas:
+            m = metas[n]
+            if isinstance(m, torch.Tensor):
+                return m
+            if isinstance(m, (list, tuple)) and m and all(
+                    isinstance(x, torch.Tensor) or x is None for x in m):
+                return type(m)(m)
+            return None
+        return _val_meta(n)
+
     for node in gm.graph.nodes:
         if node.op == "placeholder":
+            placeholder_index[node] = len(placeholder_index)
             env[node] = next(it)
         elif node.op == "get_attr":
             obj = gm
@@ -93,23 +156,53 @@ def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None):
                 env[node] = a[0][a[1]]
                 continue
             if not isinstance(tgt, torch._ops.OpOverload):
+                if isinstance(tgt, torch._ops.HigherOrderOperator):
+                    raise Unlowerable(str(tgt))
                 env[node] = tgt(*a, **kw)
                 continue
-            low = LOWERINGS.get(tgt)
+            n_ops += 1
+            if tgt in _SYM_SIZE:
+                env[node] = _sym(tgt, a[0], meta_of(node.args[0]), a)
+                continue
+            if (tgt is aten.copy_.default and mutations is not None
+                    and node.args[0] in placeholder_index):
+                dst = node.args[0]
+                src = jnp.asarray(a[1])
+                cur = env[dst]
+                src = jnp.broadcast_to(src.astype(cur.dtype), cur.shape)
+                mutations[placeholder_index[dst]] = src
+                env[dst] = src
+                env[node] = src
+                continue
+            if tgt is aten.as_strided.default:
+                from . import views
+
+                v = views.strided_view(a[0], meta_of(node.args[0]), *a[1:], **kw)
+                if v is None:
+                    raise Unlowerable(tgt.name() + " (of a non-contiguous tensor)")
+                env[node] = v
+                continue
+            low = find_lowering(tgt)
             if low is None:
                 raise Unlowerable(tgt.name())
-            meta = _val_meta(node)
+            meta = meta_of(node)
             sub_key = None
             if low.random:
-                if key is None:
+                if rng is not None:
+                    sub_key = jax.random.fold_in(jax.random.PRNGKey(rng[0]),
+                                                 rng[1] + np.uint64(k_used[0]))
+                elif key is not None:
+                    sub_key = jax.random.fold_in(key, k_used[0])
+                else:
                     raise Unlowerable(tgt.name() + " (random op without an RNG key)")
-                sub_key = jax.random.fold_in(key, k_used[0])
                 k_used[0] += 1
-            kw = {k: v for k, v in kw.items() if k != "device" or True}
             with lowering.tracing(meta=meta, key=sub_key, device=device):
                 out = low.fn(*a, **kw)
             env[node] = _cast_like(out, meta) if meta is not None else out
         elif node.op == "output":
+            if stats is not None:
+                stats["random"] = k_used[0]
+                stats["ops"] = n_ops
             return load(node.args[0])
         else:
             raise Unlowerable(f"fx node kind {node.op}")
