@@ -348,6 +348,8 @@ class Entry:
             return tuple(self.assemble(t, outs, args, kwargs) for t in tmpl[1])
         if kind == "list":
             return [self.assemble(t, outs, args, kwargs) for t in tmpl[1]]
+        if kind == "const":  # a non-tensor result (e.g. SymInt) the meta kernel computed
+            return tmpl[1]
         return None
 
     # the slow path ------------------------------------------------------
