@@ -1,0 +1,207 @@
+"""Scaled dot-product attention: one fused executable forward, one backward.
+
+On a PrivateUse1 device ``scaled_dot_product_attention`` would pick its kernel
+through a C++ dispatch stub (``_fused_sdp_choice_stub``) that Python cannot
+register, so it always decomposes into the math path (about ten ops forward,
+more backward).  Here its AutogradPrivateUse1 kernel sends the common cases
+(3-d/4-d inputs, no dropout, optional bool/float mask, causal, scale, GQA) to
+``_scaled_dot_product_fused_attention_overrideable``, the op PyTorch reserves
+for out-of-tree backends: lowered below as one jax computation, with its own
+backward op (which autograd already knows).  Everything else (dropout > 0,
+other ranks, broadcast batch dims, nested tensors) runs PyTorch's own math
+decomposition, natively op by op.  ``TORCHNEURON_SDPA=math`` turns the fused
+path off.
+
+Numerics follow PyTorch's CPU flash kernel: scores and softmax in float32 for
+half types (the probabilities rounded to the input type for the second
+product), fully masked rows give zeros.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from ..lowering import cast, lower
+
+HIGHEST = lax.Precision.HIGHEST
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+aten = torch.ops.aten
+
+
+def _acc(dt):
+    dt = jnp.dtype(dt)
+    return jnp.dtype(jnp.float32) if dt in _HALF else dt
+
+
+def _dot(a, b, contract, batch, acc):
+    prec = HIGHEST if jnp.issubdtype(a.dtype, jnp.inexact) else None
+    return lax.dot_general(a, b, (contract, batch), precision=prec, preferred_element_type=acc)
+
+
+def _to5(q, k, v):
+    """(B?, H, L, E) -> q (B, Hk, G, L, E), k/v (B, Hk, S, E): G query heads per kv head."""
+    if q.ndim == 3:
+        q, k, v = q[None], k[None], v[None]
+    B, Hq, L, E = q.shape
+    Hk = k.shape[1]
+    G = Hq // Hk
+    return q.reshape(B, Hk, G, L, E), k, v
+
+
+def _scores(q5, k, bias, is_causal, scale, acc, hq_shape):
+    """Scaled, masked scores (B, Hk, G, L, S) in acc, and the per-row max."""
+    B, Hk, G, L, E = q5.shape
+    S = k.shape[2]
+    s = _dot(q5, k, ((4,), (3,)), ((0, 1), (0, 1)), acc)  # (B, Hk, G, L, S)
+    sc = scale if scale is not None else 1.0 / math.sqrt(E)
+    s = s * jnp.asarray(sc, acc)
+    neg = jnp.asarray(-jnp.inf, acc)
+    if bias is not None:
+        b = jnp.broadcast_to(bias, hq_shape[:-2] + (L, S))
+        if b.ndim == 3:
+            b = b[None]
+        b = b.reshape(B, Hk, G, L, S)
+        s = jnp.where(b, s, neg) if b.dtype == jnp.bool_ else s + cast(b, acc)
+    if is_causal:
+        keep = lax.broadcasted_iota(jnp.int32, (L, S), 1) <= lax.broadcasted_iota(jnp.int32, (L, S), 0)
+        s = jnp.where(keep, s, neg)
+    return s
+
+
+def _softmax(s):
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, jnp.zeros_like(m))
+    e = jnp.exp(s - m)
+    den = jnp.sum(e, axis=-1, keepdims=True)
+    safe = jnp.where(den == 0, jnp.ones_like(den), den)
+    p = jnp.where(den == 0, jnp.zeros_like(e), e / safe)
+    lse = m + jnp.log(den)  # -inf on fully masked rows
+    return p, lse[..., 0]
+
+
+@lower("_scaled_dot_product_fused_attention_overrideable.default")
+def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+               return_debug_mask=False, *, scale=None):
+    dt = jnp.dtype(query.dtype)
+    acc = _acc(dt)
+    q5, k, v = _to5(query, key, value)
+    B, Hk, G, L, E = q5.shape
+    s = _scores(q5, k, attn_bias, is_causal, scale, acc, tuple(query.shape))
+    p, lse = _softmax(s)
+    out = _dot(cast(p, dt), v, ((4,), (2,)), ((0, 1), (0, 1)), acc)  # (B, Hk, G, L, Dv)
+    out = out.reshape(query.shape[:-1] + (v.shape[-1],))
+    lse = lse.reshape(B, Hk * G, L)
+    seed = jnp.zeros((), jnp.int64)
+    # cum_seq_q/k, max_q/max_k and the debug mask come from the meta kernel (constants)
+    return out, lse, None, None, None, None, seed, seed, None
+
+
+@lower("_scaled_dot_product_fused_attention_overrideable_backward.default")
+def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                        cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                        philox_offset, *, scale=None):
+    dt = jnp.dtype(query.dtype)
+    acc = _acc(dt)
+    q5, k, v = _to5(query, key, value)
+    B, Hk, G, L, E = q5.shape
+    S = k.shape[2]
+    s = _scores(q5, k, attn_bias, is_causal, scale, acc, tuple(query.shape))
+    p, _ = _softmax(s)
+    go = cast(grad_out, dt).reshape(B, Hk, G, L, -1)
+    # dV = P^T dO (summed over the query heads sharing a kv head)
+    gv = _dot(cast(p, dt), go, ((2, 3), (2, 3)), ((0, 1), (0, 1)), acc)  # (B, Hk, S, Dv)
+    dp = _dot(go, v, ((4,), (3,)), ((0, 1), (0, 1)), acc)  # (B, Hk, G, L, S)
+    ds = p * (dp - jnp.sum(dp * p, axis=-1, keepdims=True))
+    sc = scale if scale is not None else 1.0 / math.sqrt(E)
+    dss = cast(ds * jnp.asarray(sc, acc), dt)
+    gq = _dot(dss, k, ((4,), (2,)), ((0, 1), (0, 1)), acc).reshape(query.shape)
+    gk = _dot(dss, q5, ((2, 3), (2, 3)), ((0, 1), (0, 1)), acc)  # (B, Hk, S, E)
+    if query.ndim == 3:
+        gk, gv = gk[0], gv[0]
+    gb = None
+    if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != jnp.bool_:
+        full = ds.reshape(tuple(query.shape[:-2]) + (L, S))
+        bshape = tuple(attn_bias.shape)
+        lead = full.ndim - len(bshape)
+        axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(bshape)
+                                          if n == 1 and full.shape[i + lead] != 1)
+        gb = jnp.sum(full, axis=axes, keepdims=False) if axes else full
+        gb = gb.reshape(bshape)
+    elif attn_bias is not None:
+        gb = jnp.zeros(attn_bias.shape, acc if attn_bias.dtype != jnp.bool_ else jnp.bool_)
+    return (gq if grad_input_mask[0] else None, gk if grad_input_mask[1] else None,
+            gv if grad_input_mask[2] else None, gb)
+
+
+# ---------------------------------------------------------------- routing
+_MODE = os.environ.get("TORCHNEURON_SDPA", "fused").strip().lower()
+
+
+def _fusable(q, k, v, attn_mask, dropout_p, enable_gqa):
+    if _MODE == "math" or dropout_p > 0.0:
+        return False
+    if q.is_nested or k.is_nested or v.is_nested:
+        return False
+    if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
+        return False
+    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+        return False
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
+        return False
+    hq, hk = q.shape[-3], k.shape[-3]
+    if hq != hk and not (enable_gqa and hk > 0 and hq % hk == 0):
+        return False
+    if k.shape[-1] != q.shape[-1] or q.shape[-2] == 0 or k.shape[-2] == 0:
+        return False
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
+            return False
+        try:
+            torch.broadcast_shapes(attn_mask.shape, q.shape[:-1] + (k.shape[-2],))
+        except RuntimeError:
+            return False
+    return True
+
+
+def _sdpa_autograd(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                   scale=None, enable_gqa=False):
+    if not _fusable(query, key, value, attn_mask, dropout_p, enable_gqa):
+        return aten.scaled_dot_product_attention.default.decompose(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+            enable_gqa=enable_gqa)
+    return aten._scaled_dot_product_fused_attention_overrideable.default(
+        query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
+
+
+def _register_kernels():
+    from .. import dispatch
+    from ..lowering import LOWERINGS
+
+    # The forward's meta kernel returns undefined tensors for cum_seq_q/k and the
+    # debug mask, which a Python kernel cannot return for a `Tensor` result:
+    # hand back empty tensors there instead.
+    fwd = aten._scaled_dot_product_fused_attention_overrideable.default
+    if fwd not in dispatch._registered:
+        entry = dispatch.Entry(fwd, LOWERINGS[fwd], "functional")
+
+        def fused_kernel(*args, **kwargs):
+            res = entry(*args, **kwargs)
+            dev = res[0].device
+            return tuple(torch.empty(0, device=dev, dtype=res[0].dtype)
+                         if r is None and i in (2, 3, 8) else r for i, r in enumerate(res))
+
+        dispatch.register_kernel(fwd, fused_kernel)
+
+    op = aten.scaled_dot_product_attention.default
+    key = (op, "AutogradPrivateUse1")
+    if key in dispatch._registered:
+        return
+    dispatch.library().impl("scaled_dot_product_attention", _sdpa_autograd, "AutogradPrivateUse1")
+    dispatch._registered[key] = _sdpa_autograd
+
+
+_register_kernels()
