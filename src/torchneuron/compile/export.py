@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import types
 
 import torch
 
@@ -17,15 +16,14 @@ def export_stablehlo(fn_or_module, *example_args, **example_kwargs) -> str:
     def backend(gm, example_inputs):
         return neuron_backend(gm, example_inputs, options={"capture": captured})
 
-    callee = fn_or_module
-
-    def call(*a, **k):
-        return callee(*a, **k)
-
-    # a fresh code object per export: Dynamo's per-code cache (and its recompile
-    # limit) is never shared between exports
-    code = call.__code__.replace(co_name=f"export_stablehlo_{next(_ids)}")
-    target = types.FunctionType(code, call.__globals__, code.co_name, None, call.__closure__)
+    # a fresh trampoline (own code object, own file name) per export: Dynamo's per-code
+    # cache and recompile limit are never shared between exports, and the file is
+    # not under torchneuron's (Dynamo-skipped) folders
+    n = next(_ids)
+    ns = {"callee": fn_or_module}
+    exec(compile("def call(*a, **k):\n    return callee(*a, **k)\n",
+                 f"<torchneuron-export-{n}>", "exec"), ns)
+    target = ns["call"]
 
     compiled = torch.compile(target, backend=backend, fullgraph=True, dynamic=False)
     with torch.no_grad():

@@ -1,0 +1,1 @@
+"""Small reference models used by tests and benchmarks."""
