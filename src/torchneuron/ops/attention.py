@@ -169,6 +169,10 @@ def _fusable(q, k, v, attn_mask, dropout_p, enable_gqa):
 
 def _sdpa_autograd(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=False):
+    if is_causal and attn_mask is not None:  # as PyTorch's CPU and math kernels
+        raise RuntimeError(
+            "_scaled_dot_product_attention: Explicit attn_mask should not be set when "
+            "is_causal=True")
     if not _fusable(query, key, value, attn_mask, dropout_p, enable_gqa):
         return aten.scaled_dot_product_attention.default.decompose(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
