@@ -15,14 +15,16 @@ Conventions (PyTorch's, checked against the CPU kernels):
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from jax import lax
 
 from .. import runtime
-from ..lowering import cast, is_float, lower, out_dtype, out_meta
+from ..lowering import LOWERINGS, cast, is_float, lower, out_dtype
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
@@ -35,6 +37,13 @@ def _acc(dt):
 
 def _is_complex(dt):
     return jnp.issubdtype(dt, jnp.complexfloating)
+
+
+def _to(x, dt):
+    """cast, dropping the imaginary part for complex -> real like PyTorch."""
+    if dt is not None and _is_complex(x.dtype) and not _is_complex(dt):
+        x = jnp.real(x)
+    return cast(x, dt)
 
 
 def _real_dtype(dt):
@@ -63,6 +72,46 @@ def _axis(dim, ndim):
     return dim % ndim if ndim else 0
 
 
+_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
+    torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
+    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
+
+def _tname(dt):
+    t = runtime.tdtype(dt)
+    return _NAMES.get(t, str(t).replace("torch.", ""))
+
+
+def _not_impl(name, x):
+    raise NotImplementedError(f'"{name}" not implemented for \'{_tname(x.dtype)}\'')
+
+
+def _no_complex(name, x):
+    if _is_complex(x.dtype):
+        _not_impl(name, x)
+
+
+def _no_bool(name, x):
+    if x.dtype == jnp.bool_:
+        _not_impl(name, x)
+
+
+def _need_nonempty_dim(name, x, dim):
+    """CPU's error for a value-selecting reduction over an empty dimension."""
+    if x.ndim and x.shape[_axis(dim, x.ndim)] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {_axis(dim, x.ndim)} to have non-zero size.")
+
+
+def _need_numel(name, x):
+    if x.size == 0:
+        raise RuntimeError(
+            f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+            "Specify the reduction dim with the 'dim' argument.")
+
+
 def _sum_dtype(x, dtype):
     """Result dtype of sum/prod/cumsum (ints and bool promote to int64)."""
     dt = out_dtype()
@@ -80,7 +129,7 @@ def _sum_dtype(x, dtype):
 def sum_(x, dim=None, keepdim=False, *, dtype=None):
     dt = _sum_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
-    xa = cast(x, _acc(dt))
+    xa = _to(x, _acc(dt))
     if xa.dtype == jnp.bool_:
         return jnp.any(xa, axis=axes, keepdims=keepdim)
     return jnp.sum(xa, axis=axes, keepdims=keepdim)
@@ -88,6 +137,8 @@ def sum_(x, dim=None, keepdim=False, *, dtype=None):
 
 @lower("nansum.default")
 def nansum(x, dim=None, keepdim=False, *, dtype=None):
+    if _is_complex(x.dtype):
+        raise RuntimeError("nansum does not support complex inputs")
     if is_float(x.dtype) and not _is_complex(x.dtype):
         x = jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), x)
     return sum_(x, dim, keepdim, dtype=dtype)
@@ -97,7 +148,7 @@ def nansum(x, dim=None, keepdim=False, *, dtype=None):
 def mean(x, dim=None, keepdim=False, *, dtype=None):
     dt = out_dtype() or (runtime.jdtype(dtype) if dtype is not None else x.dtype)
     axes = _axes(dim, x.ndim)
-    xa = cast(x, _acc(dt))
+    xa = _to(x, _acc(dt))
     n = math.prod(x.shape[a] for a in axes)
     s = jnp.sum(xa, axis=axes, keepdims=keepdim)
     return s / jnp.asarray(n, _real_dtype(xa.dtype)) if n else s * jnp.asarray(jnp.nan, _real_dtype(xa.dtype))
@@ -107,7 +158,7 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
 def prod(x, dim=None, keepdim=False, *, dtype=None):
     dt = _sum_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
-    xa = cast(x, _acc(dt))
+    xa = _to(x, _acc(dt))
     if xa.dtype == jnp.bool_:
         return jnp.all(xa, axis=axes, keepdims=keepdim)
     return jnp.prod(xa, axis=axes, keepdims=keepdim)
@@ -124,21 +175,27 @@ def _min(x, axes, keepdim):
 
 @lower("amax.default")
 def amax(x, dim=(), keepdim=False):
+    _no_complex("amax", x)
     return _max(x, _axes(dim, x.ndim), keepdim)
 
 
 @lower("amin.default")
 def amin(x, dim=(), keepdim=False):
+    _no_complex("amin", x)
     return _min(x, _axes(dim, x.ndim), keepdim)
 
 
 @lower("max.default")
 def max_all(x):
+    _no_complex("max_all", x)
+    _need_numel("max", x)
     return jnp.max(x)
 
 
 @lower("min.default")
 def min_all(x):
+    _no_complex("min_all", x)
+    _need_numel("min", x)
     return jnp.min(x)
 
 
@@ -162,15 +219,24 @@ def _val_idx(x, dim, keepdim, largest):
 
 @lower("max.dim")
 def max_dim(x, dim, keepdim=False):
+    _no_complex("max", x)
+    _need_nonempty_dim("max", x, dim)
     return _val_idx(x, dim, keepdim, True)
 
 
 @lower("min.dim")
 def min_dim(x, dim, keepdim=False):
+    _no_complex("min", x)
+    _need_nonempty_dim("min", x, dim)
     return _val_idx(x, dim, keepdim, False)
 
 
 def _argmaxmin(x, dim, keepdim, largest):
+    _no_complex("argmax" if largest else "argmin", x)
+    if x.dtype == jnp.bool_:
+        raise RuntimeError(f"{'argmax' if largest else 'argmin'}(): does not support bool input")
+    if dim is not None:
+        _need_nonempty_dim("argmax" if largest else "argmin", x, dim)
     if x.ndim == 0:
         return jnp.zeros((), jnp.int64)
     if dim is None:
@@ -193,6 +259,7 @@ def argmin(x, dim=None, keepdim=False):
 
 @lower("aminmax.default")
 def aminmax(x, *, dim=None, keepdim=False):
+    _no_complex("aminmax", x)
     if dim is None:
         axes = tuple(range(x.ndim))
     else:
@@ -203,6 +270,8 @@ def aminmax(x, *, dim=None, keepdim=False):
 
 # ---------------------------------------------------------------- var / std
 def _var_mean(x, dim, correction, keepdim):
+    if not is_float(x.dtype):
+        raise RuntimeError("std and var only support floating point and complex dtypes")
     axes = _axes(dim, x.ndim)
     xa = cast(x, _acc(x.dtype))
     if correction is None:
@@ -214,6 +283,9 @@ def _var_mean(x, dim, correction, keepdim):
     d = xa - m
     sq = d.real * d.real + d.imag * d.imag if _is_complex(d.dtype) else d * d
     denom = max(n - correction, 0)
+    if denom <= 0:  # CPU warns on every call; this warns when the executable is built
+        warnings.warn("var(): degrees of freedom is <= 0. Correction should be strictly less "
+                      "than the reduction factor (input numel divided by output numel).", stacklevel=2)
     var = jnp.sum(sq, axis=axes, keepdims=keepdim) / jnp.asarray(denom, rdt)
     if not keepdim:
         m = jnp.squeeze(m, axes) if axes else m
@@ -268,7 +340,7 @@ def _ord(v):
 @lower("linalg_vector_norm.default", static=("ord",))
 def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
-        x = cast(x, runtime.jdtype(dtype))
+        x = _to(x, runtime.jdtype(dtype))
     return _vnorm(x, _ord(ord), _axes(dim, x.ndim), keepdim)
 
 
@@ -284,19 +356,22 @@ def norm_dim(x, p, dim, keepdim=False):
 
 @lower("norm.ScalarOpt_dim_dtype", static=("p",))
 def norm_dim_dtype(x, p, dim, keepdim, *, dtype):
-    return _vnorm(cast(x, runtime.jdtype(dtype)), _ord(p), _axes(dim, x.ndim), keepdim)
+    return _vnorm(_to(x, runtime.jdtype(dtype)), _ord(p), _axes(dim, x.ndim), keepdim)
 
 
 @lower("norm.ScalarOpt_dtype", static=("p",))
 def norm_dtype(x, p, *, dtype):
-    return _vnorm(cast(x, runtime.jdtype(dtype)), _ord(p), _axes(None, x.ndim), False)
+    return _vnorm(_to(x, runtime.jdtype(dtype)), _ord(p), _axes(None, x.ndim), False)
 
 
 # ---------------------------------------------------------------- logsumexp
 @lower("logsumexp.default")
 def logsumexp(x, dim, keepdim=False):
+    if len(dim) == 0 and x.ndim and not keepdim:
+        # CPU: the all-reduced result cannot take the kept-dim max back
+        raise RuntimeError(f"output with shape [] doesn't match the broadcast shape {[1] * x.ndim}")
     dt = out_dtype() or (x.dtype if is_float(x.dtype) else jnp.dtype(jnp.float32))
-    xa = cast(x, _acc(dt))
+    xa = _to(x, _acc(dt))
     axes = _axes(dim, x.ndim)
     if x.size == 0:
         return jnp.log(jnp.sum(jnp.exp(xa), axis=axes, keepdims=keepdim))
@@ -353,7 +428,7 @@ def count_nonzero(x, dim=None):
 @lower("cumsum.default")
 def cumsum(x, dim, *, dtype=None):
     dt = _sum_dtype(x, dtype)
-    xa = cast(x, _acc(dt))
+    xa = _to(x, _acc(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     if xa.dtype == jnp.bool_:
@@ -364,7 +439,7 @@ def cumsum(x, dim, *, dtype=None):
 @lower("cumprod.default")
 def cumprod(x, dim, *, dtype=None):
     dt = _sum_dtype(x, dtype)
-    xa = cast(x, _acc(dt))
+    xa = _to(x, _acc(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     if xa.dtype == jnp.bool_:
@@ -374,6 +449,7 @@ def cumprod(x, dim, *, dtype=None):
 
 def _cum_ext(x, dim, largest):
     """cummax/cummin: values and the index of the last extremum so far (NaN wins)."""
+    _no_complex("cummax" if largest else "cummin", x)
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = _axis(dim, x.ndim)
@@ -426,8 +502,10 @@ def _logaddexp(x, y):
 
 @lower("logcumsumexp.default")
 def logcumsumexp(x, dim):
+    if not is_float(x.dtype):
+        _not_impl("logcumsumexp", x)
     dt = out_dtype() or x.dtype
-    xa = cast(x, _acc(dt))
+    xa = _to(x, _acc(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     d = _axis(dim, x.ndim)
@@ -452,6 +530,8 @@ def _sort_last(x, descending):
 
 
 def _sort(x, dim, descending):
+    if _is_complex(x.dtype):
+        raise RuntimeError("Sort does not support complex dtypes")
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = _axis(dim, x.ndim)
@@ -471,6 +551,9 @@ def sort_stable(x, *, stable=None, dim=-1, descending=False):
 
 @lower("topk.default")
 def topk(x, k, dim=-1, largest=True, sorted=True):
+    _no_complex("topk", x)
+    if x.dtype == jnp.bool_:
+        raise RuntimeError("topk does not support bool dtypes")
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = _axis(dim, x.ndim)
@@ -494,6 +577,8 @@ def _select(v, i, pos, d, keepdim):
 
 @lower("kthvalue.default")
 def kthvalue(x, k, dim=-1, keepdim=False):
+    _no_complex("kthvalue", x)
+    _no_bool("kthvalue", x)
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = _axis(dim, x.ndim)
@@ -521,6 +606,8 @@ def _median_last(x, ignore_nan):
 
 @lower("median.default")
 def median(x):
+    _no_complex("median", x)
+    _no_bool("median", x)
     if x.size == 0:
         return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
     v, i, pos = _median_last(x.reshape(-1), False)
@@ -529,6 +616,8 @@ def median(x):
 
 @lower("nanmedian.default")
 def nanmedian(x):
+    _no_complex("nanmedian", x)
+    _no_bool("nanmedian", x)
     if x.size == 0:
         return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
     v, i, pos = _median_last(x.reshape(-1), True)
@@ -536,6 +625,10 @@ def nanmedian(x):
 
 
 def _median_dim(x, dim, keepdim, ignore_nan):
+    name = "nanmedian" if ignore_nan else "median"
+    _no_complex(name, x)
+    _no_bool(name, x)
+    _need_nonempty_dim(name, x, dim)
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = _axis(dim, x.ndim)
@@ -555,6 +648,8 @@ def nanmedian_dim(x, dim, keepdim=False):
 
 @lower("mode.default")
 def mode(x, dim=-1, keepdim=False):
+    _no_complex("mode", x)
+    _need_nonempty_dim("mode", x, dim)
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = _axis(dim, x.ndim)
@@ -611,18 +706,22 @@ def _search(bd, v, right, sorter):
 
 @lower("searchsorted.Tensor", "searchsorted.Scalar")
 def searchsorted(sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
+    _no_bool("searchsorted", sorted_sequence)
     r = right or side == "right"
     return _search(sorted_sequence, x, r, sorter)
 
 
 @lower("bucketize.Tensor", "bucketize.Scalar")
 def bucketize(x, boundaries, *, out_int32=False, right=False):
+    _no_bool("bucketize", boundaries)
     return _search(boundaries, x, right, None)
 
 
 # ---------------------------------------------------------------- histc
 @lower("histc.default", static=("bins", "min", "max"))
 def histc(x, bins=100, min=0, max=0):
+    if not is_float(x.dtype) or _is_complex(x.dtype):
+        _not_impl("histc", x)
     dt = x.dtype
     lo, hi = float(min), float(max)
     if lo > hi:
@@ -712,10 +811,89 @@ def _equal_kernel(self, other):
     return bool(torch.eq(self, other).all().item())
 
 
+_bc_fns: dict = {}
+
+
+def _bc_jit(key, build):
+    f = _bc_fns.get(key)
+    if f is None:
+        if len(_bc_fns) > 1024:
+            _bc_fns.clear()
+        f = _bc_fns[key] = jax.jit(build())
+    return f
+
+
+def _bincount_kernel(self, weights=None, minlength=0):
+    """bincount: the result length depends on max(self), read back once (a sync)."""
+    from .. import dispatch, storage
+
+    if self.device.type != "neuron":
+        raise dispatch.device_mismatch("neuron:0", self.device)
+    if self.dtype == torch.bool or self.dtype.is_floating_point or self.dtype.is_complex:
+        raise NotImplementedError(f'"bincount" not implemented for \'{_NAMES.get(self.dtype, self.dtype)}\'')
+    if self.dim() != 1:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if weights is not None:
+        if weights.dim() != 1 or weights.shape[0] != self.shape[0]:
+            raise RuntimeError("weights should be 1-d and have the same length as input")
+        if weights.device != self.device:
+            raise dispatch.device_mismatch(self.device, weights.device)
+    index = self.device.index if self.device.index is not None else 0
+    ts = [self] if weights is None else [self, weights]
+    cells = [storage.cell_of(t) for t in ts]
+    specs = tuple(storage.view_spec(t) for t in ts)
+    sig = tuple((c.arr.dtype, c.arr.shape[0]) for c in cells)
+    arrs = [c.arr for c in cells]
+    length = minlength
+    if self.numel():
+        def build_range():
+            def fn(a, *_):
+                v = storage.read_view(a, specs[0]).astype(jnp.int64)
+                return jnp.stack([jnp.min(v), jnp.max(v)])
+            return fn
+
+        mn, mx = (int(v) for v in np.asarray(_bc_jit(("range", specs, sig), build_range)(*arrs)))
+        if mn < 0:
+            raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+        length = max(mx + 1, minlength)
+    if weights is None:
+        odt = torch.int64
+    else:
+        odt = torch.float32 if weights.dtype == torch.float32 else torch.float64
+    jodt = runtime.jdtype(odt)
+
+    def build_count():
+        def fn(a, *w):
+            v = storage.read_view(a, specs[0]).astype(jnp.int64)
+            ww = jnp.ones(v.shape, jodt) if not w else storage.read_view(w[0], specs[1]).astype(jodt)
+            return jnp.zeros((length,), jodt).at[v].add(ww)
+        return fn
+
+    nbytes = length * odt.itemsize
+    storage.check_room(index, nbytes)
+    out = _bc_jit(("count", specs, sig, length, odt), build_count)(*arrs)
+    return storage.make_tensor(out, odt, (length,), (1,), 0, index, nbytes)
+
+
 def _register_kernels():
     from .. import dispatch
 
     dispatch.register_kernel(torch.ops.aten.equal.default, _equal_kernel)
+    dispatch.register_kernel(torch.ops.aten.bincount.default, _bincount_kernel)
+
+    # nansum(x, dim=[]) reduces everything on CPU, but PyTorch's meta kernel
+    # keeps every dim: normalise [] to None before the executable is chosen
+    op = torch.ops.aten.nansum.default
+    entry = dispatch.Entry(op, LOWERINGS[op], "functional")
+
+    def nansum_kernel(self, dim=None, keepdim=False, *, dtype=None):
+        if dim is not None and len(dim) == 0:
+            dim = None
+        return entry(self, dim, keepdim, dtype=dtype)
+
+    dispatch.register_kernel(op, nansum_kernel)
 
 
 _register_kernels()
