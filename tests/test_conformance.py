@@ -87,6 +87,7 @@ OPS = {
     "tn_random": _op("tn_random", _random_values, decorators=[SKIP_VALUES]),
     "tn_random_bad_shape": _op("tn_random_bad_shape", _wrong_shape_on_neuron, decorators=[SKIP_VALUES]),
     "tn_xfail": _op("tn_xfail", _plus_small, decorators=[XFAIL]),
+    "tn_rng": _op("tn_rng", _random_values),
     "tn_int": _op("tn_int", lambda x: x * 2, autograd=False, dtypes=(torch.int64,)),
 }
 
@@ -166,6 +167,12 @@ def test_pytorch_skip_compares_shapes_only(test_cls):
     assert "non-deterministic" in r["forward"]["note"]
     bad = run(test_cls, "tn_random_bad_shape")
     assert bad["forward"]["status"] == "MISMATCH"
+
+
+def test_ops_drawing_from_the_generator_compare_shapes_only(test_cls):
+    r = run(test_cls, "tn_rng")
+    assert r["forward"]["status"] == "PASS" and not r["forward"]["values_compared"]
+    assert r["forward"]["note"].startswith("random:")
 
 
 def test_pytorch_expected_failure_is_recorded(test_cls):
