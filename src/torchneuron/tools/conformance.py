@@ -42,6 +42,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def repo_root() -> str:
     """The source checkout (where reports/ and docs/ live), else the current directory."""
+    if os.environ.get("TORCHNEURON_CONFORMANCE_ROOT"):  # set by --snapshot
+        return os.environ["TORCHNEURON_CONFORMANCE_ROOT"]
     root = os.path.abspath(os.path.join(_HERE, "..", "..", ".."))
     if os.path.exists(os.path.join(root, "pyproject.toml")):
         return root
@@ -618,6 +620,9 @@ def build_parser():
                         "OpInfo's samples (default 64; 0: all)")
     p.add_argument("--max-rss-mb", type=float, default=3000,
                    help="restart a worker whose memory grows past this (default 3000)")
+    p.add_argument("--snapshot", nargs="?", const="HEAD", default=None, metavar="REF",
+                   help="run the committed code of git REF (default HEAD) from a temporary export, "
+                        "not the working tree: edits landing during a long sweep cannot break it")
     p.add_argument("--list", action="store_true", help="print the selected units and exit")
     p.add_argument("--inline", action="store_true",
                    help="run the units in this process (no workers, no timeout): for debugging one op")
@@ -631,6 +636,58 @@ def _command_line(argv):
     return "torchneuron conformance" + ("" if not argv else " " + " ".join(shlex.quote(a) for a in argv))
 
 
+def _git(*args):
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:
+        return ""
+
+
+def _code_state():
+    snap = os.environ.get("TORCHNEURON_CONFORMANCE_SNAPSHOT")
+    if snap:
+        return {"commit": snap, "code": "snapshot of the commit"}
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--", "src"))
+    return {"commit": commit, "code": "working tree" + (" (with uncommitted changes)" if dirty else "")}
+
+
+def _reexec_snapshot(ref, argv):
+    """Export `ref`'s src/ to a temporary directory and re-run this command from there."""
+    import subprocess
+
+    commit = _git("rev-parse", "--short", ref)
+    if not commit:
+        print(f"torchneuron conformance: cannot resolve git ref {ref!r} in {ROOT}", file=sys.stderr)
+        return 2
+    dest = tempfile.mkdtemp(prefix=f"tn-conformance-{commit}-")
+    archive = subprocess.run(["git", "-C", ROOT, "archive", commit, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", dest], input=archive.stdout, check=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(dest, "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["TORCHNEURON_CONFORMANCE_ROOT"] = ROOT
+    env["TORCHNEURON_CONFORMANCE_SNAPSHOT"] = commit
+    rest, skip = [], False
+    for a in argv:  # drop --snapshot [REF]
+        if skip:
+            skip = False
+            if not a.startswith("-"):
+                continue
+        if a == "--snapshot":
+            skip = True
+            continue
+        if a.startswith("--snapshot="):
+            continue
+        rest.append(a)
+    print(f"torchneuron conformance: running commit {commit} from {dest}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "torchneuron.cli", "conformance", *rest], env)
+
+
 def _versions():
     import torch
 
@@ -641,12 +698,14 @@ def _versions():
     except Exception:
         jv = "?"
     return {"torch": torch.__version__, "jax": jv, "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", **_code_state()}
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.snapshot:
+        return _reexec_snapshot(args.snapshot, argv)
     from .opdb import DTYPES
 
     bad = [d for d in args.dtypes if d not in DTYPES]

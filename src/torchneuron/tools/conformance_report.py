@@ -168,6 +168,9 @@ def write_markdown(path, rows, summary, runs, command, png_rel):
     if cmds:
         L.append(f"- Produced by {len(done_runs)} run(s) on {', '.join(dates)}: " +
                  "; ".join(f"`{c}`" for c in cmds[:6]) + (f" and {len(cmds) - 6} more" if len(cmds) > 6 else ""))
+    commits = list(dict.fromkeys(f"{r.get('commit', '?')} ({r.get('code', '?')})" for r in done_runs))
+    if commits:
+        L.append(f"- Code: {'; '.join(commits)}")
     L.append(f"- Report built by: `{command}`")
     if last:
         L.append(f"- Versions: torch {last.get('torch')}, jax {last.get('jax')}, Python {last.get('python')}, "
