@@ -133,6 +133,39 @@ def cast(x, dt):
     return x.astype(dt)
 
 
+_I32_MIN, _I64_MIN = -(1 << 31), -(1 << 63)
+
+
+def convert(x, dt):
+    """x.astype(dt) with the results of PyTorch's CPU kernels (x86-64) where XLA differs:
+    float -> int truncates, and a value out of range (or NaN/inf) gives INT_MIN for
+    int32/int64 (cvttss2si), while int8/uint8/int16 go through int32 and wrap; float64 and
+    integers reach float16/bfloat16 through float32 (c10::Half/BFloat16 take a float)."""
+    x = jnp.asarray(x)
+    dt = jnp.dtype(dt)
+    src = x.dtype
+    if src == dt:
+        return x
+    if jnp.issubdtype(src, jnp.inexact) and jnp.issubdtype(dt, jnp.signedinteger) or \
+            (jnp.issubdtype(src, jnp.inexact) and dt == jnp.uint8):
+        if jnp.issubdtype(src, jnp.complexfloating):
+            x = jnp.real(x)
+        cd = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+        t = jnp.trunc(x.astype(cd))
+        if dt == jnp.int64:
+            ok = (t >= float(_I64_MIN)) & (t < -float(_I64_MIN))
+            return jnp.where(ok, t, 0).astype(jnp.int64) | jnp.where(ok, 0, _I64_MIN).astype(jnp.int64)
+        ok = (t >= float(_I32_MIN)) & (t < -float(_I32_MIN))
+        i32 = jnp.where(ok, jnp.where(ok, t, 0).astype(jnp.int32), jnp.int32(_I32_MIN))
+        return i32.astype(dt)
+    if dt in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)) and (
+            src == jnp.float64 or jnp.issubdtype(src, jnp.integer)):
+        return x.astype(jnp.float32).astype(dt)
+    if dt in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)) and src == jnp.complex128:
+        return jnp.real(x).astype(jnp.float32).astype(dt)
+    return x.astype(dt)
+
+
 def is_float(dt):
     return jnp.issubdtype(dt, jnp.inexact)
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import dispatch, runtime, storage
+from .. import dispatch, lowering, runtime, storage
 from ..dispatch import register_kernel
 from ..lowering import lower, out_dtype
 
@@ -217,7 +217,7 @@ def _check_broadcast(dst, src):
 
 @lower("copy_.default")
 def _copy_lowering(self, src, non_blocking=False):
-    return src
+    return lowering.convert(src, self.dtype)
 
 
 def _copy_same_device(self, src):
@@ -277,7 +277,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
 @lower("_to_copy.default")
 def _to_copy_lowering(x, *, dtype=None, layout=None, device=None, pin_memory=None,
                       non_blocking=False, memory_format=None):
-    return x.astype(out_dtype())
+    return lowering.convert(x, out_dtype())
 
 
 @lower("clone.default")
