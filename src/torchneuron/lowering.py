@@ -20,6 +20,7 @@ import threading
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import torch
 
 from . import runtime
@@ -134,35 +135,94 @@ def cast(x, dt):
 
 
 _I32_MIN, _I64_MIN = -(1 << 31), -(1 << 63)
+_F32, _F64, _BF16, _F16 = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64), jnp.dtype(jnp.bfloat16),
+                           jnp.dtype(jnp.float16))
+_UINT_OF = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+def _nonzero_bits(x):
+    """x != 0 on the bits: XLA:CPU treats subnormal inputs as zero (DAZ), PyTorch does not."""
+    u = _UINT_OF[x.dtype.itemsize]
+    b = lax.bitcast_convert_type(x, u)
+    return (b & u(~(1 << (8 * x.dtype.itemsize - 1)) & ((1 << (8 * x.dtype.itemsize)) - 1))) != 0
+
+
+def _to_f64(x):
+    """float32/bfloat16 -> float64 keeping subnormals (XLA:CPU flushes them)."""
+    if x.dtype == _BF16:
+        x = lax.bitcast_convert_type(
+            lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32) << 16, jnp.float32)
+    b = lax.bitcast_convert_type(x, jnp.uint32)
+    sub = ((b & 0x7F800000) == 0) & ((b & 0x007FFFFF) != 0)
+    mag = (b & 0x007FFFFF).astype(jnp.float64) * (2.0 ** -149)
+    return jnp.where(sub, jnp.where((b >> 31) != 0, -mag, mag), x.astype(jnp.float64))
+
+
+def _to_f32(x):
+    """float64 -> float32 producing subnormal results (XLA:CPU flushes them to zero)."""
+    a = jnp.abs(x)
+    sub = (a < 2.0 ** -126) & (a > 0)
+    m = jnp.round(jnp.where(sub, a, 0.0) * (2.0 ** 149)).astype(jnp.uint32)
+    bits = m | jnp.where(jnp.signbit(x), jnp.uint32(0x80000000), jnp.uint32(0))
+    return jnp.where(sub, lax.bitcast_convert_type(bits, jnp.float32), x.astype(jnp.float32))
+
+
+def _real_convert(x, dt):
+    """Real float -> real float with CPU's rounding and subnormals."""
+    src = x.dtype
+    if src == dt:
+        return x
+    if dt == _F64 and src in (_F32, _BF16):
+        return _to_f64(x)
+    if src == _F64 and dt in (_F32, _BF16, _F16):
+        x32 = _to_f32(x)  # c10::Half/BFloat16 are built from a float
+        return x32 if dt == _F32 else x32.astype(dt)
+    return x.astype(dt)
 
 
 def convert(x, dt):
     """x.astype(dt) with the results of PyTorch's CPU kernels (x86-64) where XLA differs:
     float -> int truncates, and a value out of range (or NaN/inf) gives INT_MIN for
     int32/int64 (cvttss2si), while int8/uint8/int16 go through int32 and wrap; float64 and
-    integers reach float16/bfloat16 through float32 (c10::Half/BFloat16 take a float)."""
+    integers reach float16/bfloat16 through float32 (c10::Half/BFloat16 take a float);
+    subnormal floats survive conversions (XLA:CPU runs with FTZ/DAZ)."""
     x = jnp.asarray(x)
     dt = jnp.dtype(dt)
     src = x.dtype
     if src == dt:
         return x
-    if jnp.issubdtype(src, jnp.inexact) and jnp.issubdtype(dt, jnp.signedinteger) or \
-            (jnp.issubdtype(src, jnp.inexact) and dt == jnp.uint8):
-        if jnp.issubdtype(src, jnp.complexfloating):
+    src_c = jnp.issubdtype(src, jnp.complexfloating)
+    src_f = jnp.issubdtype(src, jnp.floating)
+    if dt == jnp.bool_ and (src_f or src_c):
+        if src_c:
+            return _nonzero_bits(jnp.real(x)) | _nonzero_bits(jnp.imag(x))
+        return _nonzero_bits(x)
+    if (src_f or src_c) and (jnp.issubdtype(dt, jnp.signedinteger) or dt == jnp.uint8):
+        if src_c:
             x = jnp.real(x)
         cd = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
         t = jnp.trunc(x.astype(cd))
         if dt == jnp.int64:
             ok = (t >= float(_I64_MIN)) & (t < -float(_I64_MIN))
-            return jnp.where(ok, t, 0).astype(jnp.int64) | jnp.where(ok, 0, _I64_MIN).astype(jnp.int64)
+            return jnp.where(ok, jnp.where(ok, t, 0).astype(jnp.int64), jnp.int64(_I64_MIN))
         ok = (t >= float(_I32_MIN)) & (t < -float(_I32_MIN))
         i32 = jnp.where(ok, jnp.where(ok, t, 0).astype(jnp.int32), jnp.int32(_I32_MIN))
         return i32.astype(dt)
-    if dt in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)) and (
-            src == jnp.float64 or jnp.issubdtype(src, jnp.integer)):
+    dt_c = jnp.issubdtype(dt, jnp.complexfloating)
+    dt_f = jnp.issubdtype(dt, jnp.floating)
+    if src_c and dt_c:
+        part = jnp.dtype(jnp.float64 if dt == jnp.complex128 else jnp.float32)
+        return lax.complex(_real_convert(jnp.real(x), part), _real_convert(jnp.imag(x), part))
+    if src_c and dt_f:
+        return _real_convert(jnp.real(x), dt)
+    if src_f and dt_c:
+        part = jnp.dtype(jnp.float64 if dt == jnp.complex128 else jnp.float32)
+        re = _real_convert(x, part)
+        return lax.complex(re, jnp.zeros_like(re))
+    if src_f and dt_f:
+        return _real_convert(x, dt)
+    if jnp.issubdtype(src, jnp.integer) and dt in (_F16, _BF16):
         return x.astype(jnp.float32).astype(dt)
-    if dt in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)) and src == jnp.complex128:
-        return jnp.real(x).astype(jnp.float32).astype(dt)
     return x.astype(dt)
 
 
