@@ -511,6 +511,70 @@ def test_bincount():
             torch.bincount(torch.ones(2, device=DEV))
 
 
+def test_histogram():
+    x = torch.tensor([0.0, 1, 2, 2.5, 4, 4, NAN, -1, 5])
+    r = _rand((300,), torch.float64, -3, 4)
+    cases = [
+        (lambda x: torch.histogram(x, 4, range=(0.0, 4.0)), x),
+        (lambda x: torch.histogram(x[:6], 3, density=True), x),
+        (lambda x: torch.histogram(x[:6], torch.tensor([0.0, 1, 3, 4], device=x.device),
+                                   weight=torch.arange(6.0, device=x.device)), x),
+        (lambda x: torch.histogram(x, 3), torch.zeros(0)),
+        (lambda x: torch.histogram(x, 2), torch.ones(3)),
+        (lambda x: (torch.histogram(x, 17), torch.histogram(x, 1000)), r),
+        (lambda x: torch.histogram(x.float(), 13, range=(-1, 2.5), density=True, weight=x.float().abs()), r),
+        (lambda x: torch.histogram(x.reshape(10, 30).t(), torch.linspace(-2, 3, 9, dtype=torch.float64,
+                                                                          device=x.device), density=True), r),
+        (lambda x: torch.histogram(x, torch.tensor([2.0, 1.0], dtype=torch.float64, device=x.device)), r),
+    ]
+    for f, t in cases:
+        check(f, t)
+    _same_error(lambda x: torch.histogram(x, 3), x)  # NaN: the data range is not finite
+    _same_error(lambda x: torch.histogram(x, 3), x.long())
+    _same_error(lambda x: torch.histogram(x, 3, range=(2.0, 1.0)), x)
+    _same_error(lambda x: torch.histogram(x, 0), x)
+    _same_error(lambda x, w: torch.histogram(x, 3, weight=w), x, torch.ones(2))
+
+
+UNIQUE = [
+    lambda x: torch.unique(x),
+    lambda x: torch.unique(x, return_inverse=True, return_counts=True),
+    lambda x: torch.unique(x, sorted=False, return_counts=True),
+    lambda x: torch.unique_consecutive(x, return_inverse=True, return_counts=True),
+    lambda x: torch.ops.aten._unique(x, True, True),
+]
+
+
+@pytest.mark.parametrize("i", range(len(UNIQUE)))
+def test_unique(i):
+    f = UNIQUE[i]
+    xi = torch.randint(0, 4, (5, 6))
+    for t in (torch.tensor([NAN, 1, NAN, -0.0, 0.0, 1, 3, 3, 2]), xi, xi.bool(), torch.zeros(0, 2),
+              torch.tensor(2.5)):
+        check(f, t)
+    check(lambda x: f(x.t()), xi)
+
+
+def test_unique_dim():
+    a = torch.tensor([[1, 2], [1, 2], [0, 5], [1, 2]])
+    b = torch.randint(0, 2, (6, 3, 2))
+    for f in (lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True),
+              lambda x: torch.unique(x, dim=-1, return_inverse=True),
+              lambda x: torch.unique_consecutive(x, dim=0, return_counts=True, return_inverse=True),
+              lambda x: torch.unique(x.transpose(0, 1), dim=1)):
+        check(f, a)
+        check(f, b)
+    check(lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True), torch.zeros(0, 3))
+    _same_error(lambda x: torch.unique(x, dim=1), torch.zeros(0, 3))
+    _same_error(lambda x: torch.unique(x, dim=0), torch.tensor(3.0))
+    _same_error(lambda x: torch.unique(x), torch.zeros(3, dtype=torch.complex64))
+
+
+def test_deprecated_aminmax():
+    x = _rand((4, 5), torch.float32)
+    check(lambda x: (torch.ops.aten._aminmax(x), torch.ops.aten._aminmax.dim(x, 1, True)), x)
+
+
 def test_equal():
     x = _rand((3, 4), torch.float32)
     cases = [
