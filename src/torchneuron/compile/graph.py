@@ -134,13 +134,43 @@ def _walk(args):
 
 
 def _dyn_inputs(dyn, index):
-    out = []
+    """Device inputs for the CPU tensors among the arguments: the 0-d ones (step
+    counters, bias corrections) go up together, one array per dtype, in one transfer
+    each; others one by one."""
+    groups = {}
+    others = []
     for t in dyn:
         if t.dim() == 0:
-            out.append(dispatch.typed_scalar(t, index))
+            g = groups.get(t.dtype)
+            if g is None:
+                g = groups[t.dtype] = []
+            g.append(t.item())
         else:
-            out.append(storage.to_device_array(t, index))
-    return out
+            others.append(storage.to_device_array(t, index))
+    dev = runtime.jax_device(index)
+    arrs = [jax.device_put(np.asarray(v, dtype=runtime.jdtype(dt)), dev)
+            for dt, v in groups.items()]
+    return arrs + others
+
+
+def _dyn_plans(dyn):
+    """Where each CPU tensor argument's value sits among the _dyn_inputs arrays."""
+    order = []
+    count = {}
+    for t in dyn:
+        if t.dim() == 0 and t.dtype not in count:
+            count[t.dtype] = 0
+            order.append(t.dtype)
+    plans = []
+    k_other = len(order)
+    for t in dyn:
+        if t.dim() == 0:
+            plans.append((order.index(t.dtype), count[t.dtype]))
+            count[t.dtype] += 1
+        else:
+            plans.append((k_other, None))
+            k_other += 1
+    return plans, k_other
 
 
 # ---------------------------------------------------------------- metadata
@@ -396,7 +426,6 @@ class CompiledGraph:
         gm = self.gm
         metas = self._metas(args)
         ncells = len(w.cells)
-        ndyn = len(w.dyn)
         noffs = len(w.offs)
         has_rng = self.maybe_random
 
@@ -414,10 +443,11 @@ class CompiledGraph:
                 in_plans.append((_DYN, None))
             else:
                 in_plans.append((_VAL, a))
+        dyn_plans, ndyn = _dyn_plans(w.dyn)
         dyn_k = 0
         for j, p in enumerate(in_plans):
             if p[0] == _DYN:
-                in_plans[j] = (_DYN, dyn_k)
+                in_plans[j] = (_DYN,) + dyn_plans[dyn_k]
                 dyn_k += 1
 
         # outputs: inputs returned as they are, views of inputs, or new tensors
@@ -453,7 +483,7 @@ class CompiledGraph:
                 if p[0] == _CELL:
                     vals.append(storage.read_view(slots[p[1]], spec_of(p, offs)))
                 elif p[0] == _DYN:
-                    vals.append(dyn[p[1]])
+                    vals.append(dyn[p[1]] if p[2] is None else dyn[p[1]][p[2]])
                 else:
                     vals.append(p[1])
             muts = {}
