@@ -3,10 +3,11 @@ from __future__ import annotations
 
 
 import jax.numpy as jnp
+import torch
 import numpy as _np
 from jax import lax
 
-from ..lowering import cast, lower, out_dtype, out_meta
+from ..lowering import LOWERINGS, cast, convert, lower, out_dtype, out_meta
 
 
 def _shape():
@@ -60,13 +61,33 @@ def ones_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memor
     return jnp.ones(x.shape, out_dtype())
 
 
+_F16, _BF16 = jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)
+
+
+def _round_to(x, dt):
+    """Round float32 values to dt's precision, kept in float32: c10::Half/BFloat16
+    arithmetic rounds after every operation."""
+    if dt == _F16:
+        return lax.reduce_precision(x, exponent_bits=5, mantissa_bits=10)
+    if dt == _BF16:
+        return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)
+    return x
+
+
 @lower("arange.start_step", "arange.start", "arange.default", static=("start", "end", "step"))
 def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # PyTorch's CPU kernel: start + step * i in acc_type (double for float/double, float for
+    # half/bfloat16, int64 for integers), rounded once to the result type
     if end is None:
         start, end = 0, start
     dt = out_dtype()
     n = _shape()[0]
-    acc = jnp.float64 if jnp.issubdtype(dt, jnp.inexact) else jnp.int64
+    if dt in (_F16, _BF16):
+        acc = jnp.float32
+    elif jnp.issubdtype(dt, jnp.inexact):
+        acc = jnp.float64
+    else:
+        acc = jnp.int64
     i = lax.iota(acc, n)
     return (jnp.asarray(start, acc) + i * jnp.asarray(step, acc)).astype(dt)
 
@@ -74,32 +95,110 @@ def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin
 @lower("linspace.default", "linspace.Tensor_Tensor", "linspace.Tensor_Scalar",
        "linspace.Scalar_Tensor", static=("start", "end", "steps"))
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # PyTorch's CPU kernel, element by element: start + step * i below the halfway point,
+    # end - step * (steps - 1 - i) above it, in the result type's own arithmetic (double
+    # for integers, float for half/bfloat16 rounded after each operation)
     dt = out_dtype()
-    acc = jnp.complex128 if jnp.issubdtype(dt, jnp.complexfloating) else jnp.float64
     if steps == 0:
         return jnp.zeros((0,), dt)
-    if steps == 1:
-        return jnp.full((1,), start, acc).astype(dt)
-    start_ = jnp.asarray(start, acc).reshape(())
-    end_ = jnp.asarray(end, acc).reshape(())
-    step = (end_ - start_) / (steps - 1)
-    i = lax.iota(jnp.float64, steps).astype(acc)
-    half = steps // 2
-    vals = jnp.where(lax.iota(jnp.int64, steps) < half, start_ + step * i,
-                     end_ - step * (steps - 1 - i))
-    if jnp.issubdtype(dt, jnp.integer):
+    start_ = jnp.asarray(start).reshape(())
+    end_ = jnp.asarray(end).reshape(())
+    i = lax.iota(jnp.int64, steps)
+    lower_half = i < steps // 2
+    if jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_:
+        s = jnp.trunc(start_.real if jnp.iscomplexobj(start_) else start_).astype(jnp.float64)
+        e = jnp.trunc(end_.real if jnp.iscomplexobj(end_) else end_).astype(jnp.float64)
+        s, e = s.astype(dt).astype(jnp.float64), e.astype(dt).astype(jnp.float64)
+        if steps == 1:
+            return jnp.broadcast_to(s, (1,)).astype(dt)
+        step = (e - s) / (steps - 1)
+        fi = i.astype(jnp.float64)
+        vals = jnp.where(lower_half, s + step * fi, e - step * (steps - 1 - fi))
         return jnp.trunc(vals).astype(dt)
+    if jnp.issubdtype(dt, jnp.complexfloating):
+        part = jnp.float64 if dt == jnp.complex128 else jnp.float32
+        s, e = start_.astype(dt), end_.astype(dt)
+        if steps == 1:
+            return jnp.broadcast_to(s, (1,))
+        d = jnp.asarray(steps - 1, part)
+        sre, sim = jnp.real(s), jnp.imag(s)
+        ere, eim = jnp.real(e), jnp.imag(e)
+        stre, stim = (ere - sre) / d, (eim - sim) / d
+        fi = i.astype(part)
+        ri = (steps - 1 - i).astype(part)
+        re = jnp.where(lower_half, sre + stre * fi, ere - stre * ri)
+        im = jnp.where(lower_half, sim + stim * fi, eim - stim * ri)
+        return lax.complex(re, im)
+    half = dt in (_F16, _BF16)
+    cd = jnp.float32 if half else dt
+    r = (lambda v: _round_to(v, dt)) if half else (lambda v: v)
+    s = r(start_.real.astype(jnp.float64).astype(cd) if jnp.iscomplexobj(start_) else start_.astype(cd))
+    e = r(end_.real.astype(jnp.float64).astype(cd) if jnp.iscomplexobj(end_) else end_.astype(cd))
+    if steps == 1:
+        return jnp.broadcast_to(s, (1,)).astype(dt)
+    step = r(r(e - s) / r(jnp.asarray(steps - 1, cd)))
+    fi = r(i.astype(cd))
+    ri = r((steps - 1 - i).astype(cd))
+    vals = jnp.where(lower_half, r(s + r(step * fi)), r(e - r(step * ri)))
     return vals.astype(dt)
 
 
-@lower("logspace.default", static=("start", "end", "steps", "base"))
+@lower("logspace.default", "logspace.Tensor_Tensor", "logspace.Tensor_Scalar",
+       "logspace.Scalar_Tensor", static=("start", "end", "steps", "base"))
 def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None,
              pin_memory=None):
+    # PyTorch's CPU kernel: start/end converted to the result type, step and exponents in
+    # double, pow(base, exponent) in double (float base for integer results)
     dt = out_dtype()
     if steps == 0:
         return jnp.zeros((0,), dt)
-    exps = jnp.linspace(float(start), float(end), steps, dtype=jnp.float64)
-    return jnp.power(jnp.float64(base), exps).astype(dt)
+    start_ = jnp.asarray(start).reshape(())
+    end_ = jnp.asarray(end).reshape(())
+    if jnp.issubdtype(dt, jnp.complexfloating):
+        s = start_.astype(jnp.complex128)
+        e = end_.astype(jnp.complex128)
+        if steps == 1:
+            return jnp.broadcast_to(jnp.power(jnp.complex128(base), s), (1,)).astype(dt)
+        v = linspace_values_c(s, e, steps)
+        return jnp.power(jnp.complex128(base), v).astype(dt)
+    if jnp.iscomplexobj(start_):
+        start_ = start_.real
+    if jnp.iscomplexobj(end_):
+        end_ = end_.real
+    if steps == 1:
+        return jnp.broadcast_to(jnp.power(jnp.float64(base), start_.astype(jnp.float64)),
+                                (1,)).astype(dt)
+    integral = jnp.issubdtype(dt, jnp.integer)
+    if integral:
+        s = jnp.trunc(start_.astype(jnp.float64)).astype(dt).astype(jnp.float64)
+        e = jnp.trunc(end_.astype(jnp.float64)).astype(dt).astype(jnp.float64)
+        b = jnp.float64(float(_np.float32(base)))
+    else:
+        s = _cast_through(start_, dt)
+        e = _cast_through(end_, dt)
+        b = jnp.float64(base)
+    step = (e - s) / (steps - 1)
+    i = lax.iota(jnp.int64, steps)
+    fi = i.astype(jnp.float64)
+    expo = jnp.where(i < steps // 2, s + step * fi, e - step * (steps - 1 - fi))
+    vals = jnp.power(b, expo)
+    if integral:
+        return convert(vals, dt)
+    return vals.astype(dt)
+
+
+def _cast_through(v, dt):
+    """A start/end value rounded to the result type, back in float64."""
+    if dt in (_F16, _BF16):
+        return v.astype(jnp.float64).astype(jnp.float32).astype(dt).astype(jnp.float64)
+    return v.astype(jnp.float64).astype(dt).astype(jnp.float64)
+
+
+def linspace_values_c(s, e, steps):
+    step = (e - s) / (steps - 1)
+    i = lax.iota(jnp.int64, steps)
+    fi = i.astype(jnp.float64)
+    return jnp.where(i < steps // 2, s + step * fi, e - step * (steps - 1 - fi))
 
 
 @lower("eye.default", "eye.m", static=("n", "m"))
@@ -128,3 +227,71 @@ def _tri_idx(indices):
 
 lower("tril_indices.default", static=("row", "col", "offset"))(_tri_idx(_np.tril_indices))
 lower("triu_indices.default", static=("row", "col", "offset"))(_tri_idx(_np.triu_indices))
+
+
+# ---------------------------------------------------------------- fill value checks (eager)
+# PyTorch converts a fill value with c10::checked_convert: an integer result type refuses a
+# value it cannot hold ("value cannot be converted to type uint8_t without overflow"), a
+# real type refuses a complex value with an imaginary part, ...  The check runs on the
+# Python value before the executable (once per distinct value and dtype).
+_fill_ok: dict = {}
+
+
+def _check_fill_value(value, dtype):
+    if isinstance(value, torch.Tensor) or value is None:
+        return
+    key = (type(value), repr(value), dtype)
+    if key in _fill_ok:
+        return
+    torch.empty((), dtype=dtype).fill_(value)  # raises PyTorch's own error
+    if len(_fill_ok) > 4096:
+        _fill_ok.clear()
+    _fill_ok[key] = True
+
+
+def _register_fill_checks():
+    from .. import dispatch
+
+    aten = torch.ops.aten
+    entries = {}
+
+    def entry(op, low_op, mode="functional"):
+        e = entries.get(op)
+        if e is None:
+            e = entries[op] = dispatch.Entry(op, LOWERINGS[low_op], mode)
+        return e
+
+    def fill_k(self, value):
+        _check_fill_value(value, self.dtype)
+        return entry(aten.fill.Scalar, aten.fill.Scalar)(self, value)
+
+    def fill_inplace_k(self, value):
+        _check_fill_value(value, self.dtype)
+        return entry(aten.fill_.Scalar, aten.fill.Scalar, "inplace")(self, value)
+
+    def full_k(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+        if not isinstance(fill_value, torch.Tensor):
+            _check_fill_value(fill_value, dtype or torch.tensor(fill_value).dtype)
+        return entry(aten.full.default, aten.full.default)(
+            size, fill_value, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+    def full_like_k(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
+                    memory_format=None):
+        _check_fill_value(fill_value, dtype or self.dtype)
+        return entry(aten.full_like.default, aten.full_like.default)(
+            self, fill_value, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
+            memory_format=memory_format)
+
+    def scalar_tensor_k(s, *, dtype=None, layout=None, device=None, pin_memory=None):
+        _check_fill_value(s, dtype or torch.get_default_dtype())
+        return entry(aten.scalar_tensor.default, aten.scalar_tensor.default)(
+            s, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+    dispatch.register_kernel(aten.fill.Scalar, fill_k)
+    dispatch.register_kernel(aten.fill_.Scalar, fill_inplace_k)
+    dispatch.register_kernel(aten.full.default, full_k)
+    dispatch.register_kernel(aten.full_like.default, full_like_k)
+    dispatch.register_kernel(aten.scalar_tensor.default, scalar_tensor_k)
+
+
+_register_fill_checks()
