@@ -759,6 +759,11 @@ def main(argv=None) -> int:
                     skipped_done += 1
                     continue
                 units.append((oid, dt))
+        # dtype by dtype (float32 first, then float16, bfloat16, ...): the headline numbers of a long
+        # sweep are there early, and an interrupted sweep still has whole dtypes
+        drank = {d: i for i, d in enumerate(DTYPES)}
+        oorder = {o: i for i, o in enumerate(ops)}
+        units.sort(key=lambda u: (drank[u[1]], oorder[u[0]]))
         if args.list:
             for u in units:
                 print(*u)
@@ -783,6 +788,15 @@ def main(argv=None) -> int:
             results.append([{"run": {"start": start, "command": cmd, "units": len(units),
                                      "workers": args.workers, **_versions()}}])
             log_path = os.path.splitext(args.results)[0] + ".log"
+
+            def _term(signum, frame):  # kill -TERM: stop like Ctrl-C (workers stopped, run recorded)
+                raise KeyboardInterrupt
+
+            import signal
+
+            signal.signal(signal.SIGTERM, _term)
+            if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
                 counts = run_units(units, cat, results, workers=args.workers, timeout=args.timeout,
                                    op_ids=ops if args.ops else None, dtypes=dtypes, log_path=log_path,
