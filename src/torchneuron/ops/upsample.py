@@ -183,12 +183,12 @@ def _plans(mode, in_sp, out_sp, align_corners, scales, dt):
     return plans
 
 
-def _interp(x, mode, out_sp, align_corners, scales):
+def _interp(x, mode, out_sp, align_corners, scales, dtype=None):
     nd = len(out_sp)
     in_sp = x.shape[-nd:]
     if 0 in x.shape or 0 in out_sp:
         return jnp.zeros(x.shape[:-nd] + tuple(out_sp), x.dtype)
-    plans = _plans(mode, in_sp, out_sp, align_corners, scales, x.dtype)
+    plans = _plans(mode, in_sp, out_sp, align_corners, scales, dtype or x.dtype)
     for j, plan in enumerate(plans):
         x = _apply(x, x.ndim - nd + j, plan, out_sp[j])
     return x
@@ -200,10 +200,26 @@ def _forward(mode, x, output_size, align_corners, scales):
     if mode.startswith("nearest"):
         return _interp(x, mode, out_sp, align_corners, scales)
     acc = _acc(dt)
-    r = _interp(cast(x, acc), mode, out_sp, align_corners, scales)
-    if jnp.issubdtype(dt, jnp.integer):  # uint8 images: round to nearest, saturate
-        info = jnp.iinfo(dt)
-        r = jnp.clip(jnp.round(r), info.min, info.max)
+    if jnp.issubdtype(dt, jnp.integer):
+        return _interp_int(x, mode, out_sp, align_corners, scales, acc)
+    return _interp(cast(x, acc), mode, out_sp, align_corners, scales, dtype=dt)
+
+
+def _interp_int(x, mode, out_sp, align_corners, scales, acc):
+    """uint8 images, as PyTorch's CPU kernels (and PIL) do them: separable passes from
+    the last axis to the first; cubic passes are each rounded and saturated to the
+    integer type (their overshoot is clipped in between), linear ones only at the end."""
+    nd = len(out_sp)
+    dt = jnp.dtype(x.dtype)
+    info = jnp.iinfo(dt)
+    if 0 in x.shape or 0 in out_sp:
+        return jnp.zeros(x.shape[:-nd] + tuple(out_sp), dt)
+    plans = _plans(mode, x.shape[-nd:], out_sp, align_corners, scales, jnp.float32)
+    r = cast(x, acc)
+    for j in reversed(range(nd)):
+        r = _apply(r, r.ndim - nd + j, plans[j], out_sp[j])
+        if mode.startswith("cubic") or j == 0:
+            r = jnp.clip(jnp.round(r), info.min, info.max)
     return r
 
 
@@ -261,3 +277,56 @@ _reg("upsample_trilinear3d", "linear", 3, True)
 _reg("upsample_bicubic2d", "cubic", 2, True)
 _reg("_upsample_bilinear2d_aa", "linear-aa", 2, True)
 _reg("_upsample_bicubic2d_aa", "cubic-aa", 2, True)
+
+
+# ---------------------------------------------------------------- kernels
+_AXES = {1: ("W",), 2: ("H", "W"), 3: ("D", "H", "W")}
+
+
+def _size_error(in_sp, out_sp):
+    names = _AXES[len(in_sp)]
+    fmt = lambda v: ", ".join(f"{n}: {int(x)}" for n, x in zip(names, v))  # noqa: E731
+    return RuntimeError(f"Input and output sizes should be greater than 0, but got input "
+                        f"({fmt(in_sp)}) output ({fmt(out_sp)})")
+
+
+def _register_kernels():
+    """CPU's size check (the meta kernels divide by zero or mis-check instead) and empty
+    batches (PyTorch's nearest meta kernels raise a TypeError on them)."""
+    import torch
+
+    from .. import dispatch
+    from ..lowering import LOWERINGS, resolve
+
+    names = [f"upsample_nearest{n}d" for n in (1, 2, 3)] + \
+        [f"_upsample_nearest_exact{n}d" for n in (1, 2, 3)] + \
+        ["upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
+         "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa"]
+    for name in names:
+        try:
+            op = resolve(name + ".default")
+        except AttributeError:
+            continue
+        if op in dispatch._registered or op not in LOWERINGS:
+            continue
+        nd = int(name.rstrip("_a").rstrip("d")[-1])
+        entry = dispatch.Entry(op, LOWERINGS[op], "functional")
+
+        def kernel(x, output_size, *args, _entry=entry, _nd=nd, **kwargs):
+            in_sp = tuple(x.shape[-_nd:])
+            out_sp = tuple(int(v) for v in output_size)
+            if len(out_sp) == _nd and x.dim() >= _nd + 1:
+                if min(in_sp) <= 0 or min(out_sp) <= 0:
+                    raise _size_error(in_sp, out_sp)
+                if x.numel() == 0 and math.prod(x.shape[1:]) == 0:
+                    raise RuntimeError(f"Non-empty {x.dim()}D data tensor expected but got a "
+                                       f"tensor with sizes {list(x.shape)}")
+                if x.numel() == 0:
+                    return torch.empty(tuple(x.shape[:-_nd]) + out_sp, dtype=x.dtype,
+                                       device=x.device)
+            return _entry(x, output_size, *args, **kwargs)
+
+        dispatch.register_kernel(op, kernel)
+
+
+_register_kernels()

@@ -1,0 +1,123 @@
+"""Interpolation (F.interpolate, nn.Upsample) and grid sampling: neuron vs CPU, with gradients."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import check
+
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float64: dict(atol=1e-10, rtol=1e-10),
+       torch.bfloat16: dict(atol=3e-2, rtol=3e-2), torch.float16: dict(atol=3e-3, rtol=3e-3)}
+
+
+def _r(shape, dtype=torch.float32, grad=False):
+    return torch.randn(shape, dtype=torch.float64).to(dtype).requires_grad_(grad)
+
+
+# (id, input shape, interpolate kwargs)
+CASES = [
+    ("nearest1d_size", (2, 3, 7), dict(size=12, mode="nearest")),
+    ("nearest1d_down", (2, 3, 11), dict(size=4, mode="nearest")),
+    ("nearest2d_x2", (2, 3, 4, 5), dict(scale_factor=2, mode="nearest")),
+    ("nearest2d_x3", (2, 3, 4, 5), dict(scale_factor=3, mode="nearest")),
+    ("nearest2d_frac", (2, 3, 5, 7), dict(scale_factor=(1.7, 0.6), mode="nearest")),
+    ("nearest2d_size", (2, 3, 5, 7), dict(size=(8, 3), mode="nearest")),
+    ("nearest3d", (1, 2, 3, 4, 5), dict(size=(5, 6, 4), mode="nearest")),
+    ("nearest_exact1d", (2, 3, 7), dict(size=12, mode="nearest-exact")),
+    ("nearest_exact2d", (2, 3, 5, 7), dict(scale_factor=(1.7, 0.6), mode="nearest-exact")),
+    ("nearest_exact3d", (1, 2, 3, 4, 5), dict(size=(5, 6, 4), mode="nearest-exact")),
+    ("linear1d", (2, 3, 7), dict(size=12, mode="linear")),
+    ("linear1d_ac", (2, 3, 7), dict(size=12, mode="linear", align_corners=True)),
+    ("bilinear_up", (2, 3, 5, 7), dict(size=(9, 12), mode="bilinear")),
+    ("bilinear_up_ac", (2, 3, 5, 7), dict(size=(9, 12), mode="bilinear", align_corners=True)),
+    ("bilinear_down", (2, 3, 9, 8), dict(size=(4, 5), mode="bilinear")),
+    ("bilinear_scale", (2, 3, 5, 7), dict(scale_factor=(1.5, 2.3), mode="bilinear")),
+    ("bilinear_scale_norecompute", (2, 3, 5, 7), dict(scale_factor=0.6, mode="bilinear", recompute_scale_factor=False)),
+    ("bilinear_scale_recompute", (2, 3, 5, 7), dict(scale_factor=1.3, mode="bilinear", recompute_scale_factor=True)),
+    ("bilinear_to1", (2, 3, 5, 7), dict(size=(1, 1), mode="bilinear", align_corners=True)),
+    ("bicubic_up", (2, 3, 5, 7), dict(size=(9, 12), mode="bicubic")),
+    ("bicubic_up_ac", (2, 3, 5, 7), dict(size=(9, 12), mode="bicubic", align_corners=True)),
+    ("bicubic_down", (2, 3, 9, 8), dict(size=(4, 5), mode="bicubic")),
+    ("trilinear", (1, 2, 3, 4, 5), dict(size=(5, 6, 4), mode="trilinear")),
+    ("trilinear_ac", (1, 2, 3, 4, 5), dict(scale_factor=1.5, mode="trilinear", align_corners=True)),
+    ("bilinear_aa_down", (2, 3, 9, 11), dict(size=(4, 5), mode="bilinear", antialias=True)),
+    ("bilinear_aa_up", (2, 3, 4, 5), dict(size=(7, 9), mode="bilinear", antialias=True)),
+    ("bilinear_aa_ac", (2, 3, 9, 11), dict(scale_factor=0.4, mode="bilinear", antialias=True, align_corners=True)),
+    ("bicubic_aa_down", (2, 3, 9, 11), dict(size=(4, 5), mode="bicubic", antialias=True)),
+    ("bicubic_aa_up", (2, 3, 4, 5), dict(size=(7, 9), mode="bicubic", antialias=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name,shape,kw", CASES, ids=[c[0] for c in CASES])
+def test_interpolate(name, shape, kw, dtype):
+    x = _r(shape, dtype)
+    try:
+        F.interpolate(x, **kw)
+    except (RuntimeError, NotImplementedError):
+        pytest.skip(f"CPU has no {dtype} kernel for {name}")
+    check(lambda x: F.interpolate(x, **kw), x, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name,shape,kw", CASES, ids=[c[0] for c in CASES])
+def test_interpolate_grad(name, shape, kw, dtype):
+    check(lambda x: F.interpolate(x, **kw), _r(shape, dtype, grad=True), grad=True, **TOL[dtype])
+
+
+@pytest.mark.parametrize("name", ["nearest2d_frac", "bilinear_up", "bicubic_down", "bilinear_aa_down"])
+def test_interpolate_noncontiguous_channels_last(name):
+    _, shape, kw = next(c for c in CASES if c[0] == name)
+    x = _r(shape)
+    check(lambda x: F.interpolate(x, **kw), x.to(memory_format=torch.channels_last).requires_grad_(),
+          grad=True, **TOL[torch.float32])
+    xt = _r(shape[:2] + shape[2:][::-1]).transpose(-1, -2).requires_grad_()
+    check(lambda x: F.interpolate(x, **kw), xt, grad=True, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("kw", [dict(size=(9, 12), mode="bilinear"), dict(scale_factor=2, mode="nearest"),
+                                dict(size=(4, 5), mode="bilinear", antialias=True),
+                                dict(size=(7, 9), mode="bicubic"), dict(size=(3, 13), mode="bicubic", align_corners=True),
+                                dict(size=(4, 5), mode="bicubic", antialias=True),
+                                dict(size=(4, 5), mode="bilinear", antialias=True, align_corners=True),
+                                dict(size=(9, 5), mode="bilinear", align_corners=True)], ids=str)
+def test_interpolate_uint8(kw):
+    x = torch.randint(0, 256, (1, 3, 6, 8), dtype=torch.uint8)
+    try:
+        F.interpolate(x, **kw)
+    except (RuntimeError, NotImplementedError):
+        pytest.skip("CPU has no uint8 kernel")
+    check(lambda x: F.interpolate(x, **kw), x, atol=1, rtol=0)
+
+
+def test_interpolate_empty():
+    check(lambda x: F.interpolate(x, size=(6, 8), mode="bilinear"), _r((0, 3, 3, 4)))
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), _r((0, 3, 3, 4)))
+    with pytest.raises(RuntimeError, match="Non-empty 3D data tensor expected"):
+        F.interpolate(_r((2, 0, 3)).to("neuron"), size=5, mode="nearest-exact")
+
+
+def test_upsample_modules():
+    for m in [nn.Upsample(scale_factor=2, mode="nearest"), nn.Upsample(scale_factor=2, mode="bilinear"),
+              nn.Upsample(size=(7, 9), mode="bicubic", align_corners=True), nn.UpsamplingBilinear2d(scale_factor=2),
+              nn.UpsamplingNearest2d(size=(5, 5))]:
+        check(m, _r((2, 3, 4, 4), grad=True), grad=True, **TOL[torch.float32])
+
+
+def test_upsample_direct_ops():
+    x = _r((2, 3, 4, 5), grad=True)
+    check(lambda x: torch.ops.aten.upsample_bilinear2d(x, [7, 9], False, scales_h=1.5, scales_w=2.0), x,
+          grad=True, **TOL[torch.float32])
+    check(lambda x: torch.ops.aten.upsample_nearest2d(x, [8, 10]), x, grad=True)
+    check(lambda x: torch.ops.aten._upsample_nearest_exact2d(x, [7, 11], 1.7, 2.2), x, grad=True)
+
+
+def test_interpolate_errors():
+    x = torch.randn(1, 3, 4, 4, device="neuron")
+    for mode in ("bilinear", "nearest", "bicubic"):
+        with pytest.raises(RuntimeError, match="sizes should be greater than 0"):
+            F.interpolate(x, size=(0, 4), mode=mode)
+    with pytest.raises(RuntimeError, match="sizes should be greater than 0"):
+        F.interpolate(torch.randn(1, 3, 0, 4, device="neuron"), size=(3, 4), mode="bilinear")
+    with pytest.raises((RuntimeError, NotImplementedError, ValueError)):
+        F.interpolate(x, size=(4,), mode="bilinear")
