@@ -219,8 +219,10 @@ class _Walk:
         if kind == _S:
             if isinstance(v, Tensor):
                 return self.tensor(v)
-            if v is None or name in self.static:
+            if v is None:
                 return v
+            if name in self.static:  # 5 == 5.0 == True as keys: keep the type apart
+                return (type(v), v)
             self.dyn.append(v)
             return ("s", type(v))
         if kind == _T or kind == _TOPT:
@@ -234,7 +236,7 @@ class _Walk:
             return tuple(None if x is None else self.tensor(x) for x in v)
         if kind == _SLIST:
             if name in self.static:
-                return tuple(v)
+                return tuple((type(x), x) for x in v)
             toks = []
             for x in v:
                 if isinstance(x, Tensor):
