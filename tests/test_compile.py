@@ -109,6 +109,7 @@ def test_input_mutation_is_written_back():
         got = _compile(f)(dx, dbuf)
     assert_same(got, expected, atol=1e-5, rtol=1e-5)
     assert_same(dbuf, buf, atol=1e-6, rtol=1e-6)
+    assert tnc.stats()["donations_skipped"] == 0  # buf's old buffer went to XLA
 
 
 def test_mutation_of_a_view_input_updates_its_base():
@@ -159,9 +160,14 @@ def test_donated_buffer_shared_by_another_tensor_is_not_clobbered():
     def f(x):
         x.add_(1)
 
+    from torchneuron import storage
+
     x = torch.randn(8).to(DEV)
     alias = x.detach()  # same storage: sees the update
-    other = x.clone()  # its own storage (may share the jax buffer): keeps the old values
+    # another storage over the very same jax buffer (as when jit forwards an input)
+    other = storage.from_array(x.untyped_storage()._tn_cell.arr, 0)
+    shared = other.untyped_storage()._tn_cell.arr is x.untyped_storage()._tn_cell.arr
+    assert shared
     before = other.cpu()
     cf = _compile(f)
     with native_only():
@@ -170,6 +176,8 @@ def test_donated_buffer_shared_by_another_tensor_is_not_clobbered():
     assert_same(alias, x.cpu())
     assert_same(other, before)
     assert_same(x, before + 2)
+    # the first call could not donate x's buffer; the second could
+    assert tnc.stats()["donations_skipped"] == 1
 
 
 # ---------------------------------------------------------------- RNG

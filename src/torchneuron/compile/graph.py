@@ -57,6 +57,7 @@ class _Stats:
         self.eager_nodes = collections.Counter()  # op -> nodes run eagerly in split graphs
         self.disk_cache_hits = 0   # executables loaded from the persistent cache
         self.dynamo_graphs = 0     # graphs Dynamo captured (before AOTAutograd)
+        self.donations_skipped = 0  # calls that could not donate (a buffer shared by storages)
 
     def as_dict(self):
         return {
@@ -70,6 +71,7 @@ class _Stats:
             "split_graphs": self.split_graphs,
             "eager_nodes": dict(self.eager_nodes),
             "disk_cache_hits": self.disk_cache_hits,
+            "donations_skipped": self.donations_skipped,
         }
 
 
@@ -328,6 +330,7 @@ class CompiledGraph:
             for s in exe.donate:
                 if sys.getrefcount(arrays[s]) > limit:
                     fn = exe.fn_plain or self._plain(exe)
+                    STATS.donations_skipped += 1
                     break
         try:
             res = fn(*inputs)
