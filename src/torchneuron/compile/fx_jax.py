@@ -21,12 +21,23 @@ from ..lowering import LOWERINGS
 aten = torch.ops.aten
 
 
-class Unlowerable(Exception):
-    """A graph node whose op has no lowering (names the op)."""
+try:  # eager dispatch catches its own class: a decomposition that cannot be traced falls
+    # back to the CPU instead of failing
+    from ..dispatch import _Unlowerable as _Base
+except ImportError:  # pragma: no cover
+    _Base = Exception
+
+
+class Unlowerable(_Base):
+    """A graph node whose op has no lowering (names the op).
+
+    ``node`` is the outermost graph node that could not be traced (set by
+    run_graph; a decomposition's inner node is replaced by the node it expands)."""
 
     def __init__(self, op):
         super().__init__(f"torchneuron: no lowering for {op}")
         self.op = op
+        self.node = None
 
 
 def _val_meta(node):
@@ -139,6 +150,52 @@ def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None, *, rng=
             return None
         return _val_meta(n)
 
+    def run_node(node, tgt, a, kw):
+        """Trace one call_function node into env; 1 if it is an op node."""
+        if not isinstance(tgt, torch._ops.OpOverload):
+            if isinstance(tgt, torch._ops.HigherOrderOperator):
+                raise Unlowerable(str(tgt))
+            env[node] = tgt(*a, **kw)
+            return 0
+        if tgt in _SYM_SIZE:
+            env[node] = _sym(tgt, a[0], meta_of(node.args[0]), a)
+            return 1
+        if (tgt is aten.copy_.default and mutations is not None
+                and node.args[0] in placeholder_index):
+            dst = node.args[0]
+            cur = env[dst]
+            src = jnp.broadcast_to(jnp.asarray(a[1]).astype(cur.dtype), cur.shape)
+            mutations[placeholder_index[dst]] = src
+            env[dst] = src
+            env[node] = src
+            return 1
+        if tgt is aten.as_strided.default:
+            from . import views
+
+            v = views.strided_view(a[0], meta_of(node.args[0]), *a[1:], **kw)
+            if v is None:
+                raise Unlowerable(tgt.name() + " (of a non-contiguous tensor)")
+            env[node] = v
+            return 1
+        low = find_lowering(tgt)
+        if low is None:
+            raise Unlowerable(tgt.name())
+        meta = meta_of(node)
+        sub_key = None
+        if low.random:
+            if rng is not None:
+                sub_key = jax.random.fold_in(jax.random.PRNGKey(rng[0]),
+                                             rng[1] + np.uint64(k_used[0]))
+            elif key is not None:
+                sub_key = jax.random.fold_in(key, k_used[0])
+            else:
+                raise Unlowerable(tgt.name() + " (random op without an RNG key)")
+            k_used[0] += 1
+        with lowering.tracing(meta=meta, key=sub_key, device=device):
+            out = low.fn(*a, **kw)
+        env[node] = _cast_like(out, meta) if meta is not None else out
+        return 1
+
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             placeholder_index[node] = len(placeholder_index)
@@ -155,50 +212,11 @@ def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None, *, rng=
             if tgt is operator.getitem:
                 env[node] = a[0][a[1]]
                 continue
-            if not isinstance(tgt, torch._ops.OpOverload):
-                if isinstance(tgt, torch._ops.HigherOrderOperator):
-                    raise Unlowerable(str(tgt))
-                env[node] = tgt(*a, **kw)
-                continue
-            n_ops += 1
-            if tgt in _SYM_SIZE:
-                env[node] = _sym(tgt, a[0], meta_of(node.args[0]), a)
-                continue
-            if (tgt is aten.copy_.default and mutations is not None
-                    and node.args[0] in placeholder_index):
-                dst = node.args[0]
-                src = jnp.asarray(a[1])
-                cur = env[dst]
-                src = jnp.broadcast_to(src.astype(cur.dtype), cur.shape)
-                mutations[placeholder_index[dst]] = src
-                env[dst] = src
-                env[node] = src
-                continue
-            if tgt is aten.as_strided.default:
-                from . import views
-
-                v = views.strided_view(a[0], meta_of(node.args[0]), *a[1:], **kw)
-                if v is None:
-                    raise Unlowerable(tgt.name() + " (of a non-contiguous tensor)")
-                env[node] = v
-                continue
-            low = find_lowering(tgt)
-            if low is None:
-                raise Unlowerable(tgt.name())
-            meta = meta_of(node)
-            sub_key = None
-            if low.random:
-                if rng is not None:
-                    sub_key = jax.random.fold_in(jax.random.PRNGKey(rng[0]),
-                                                 rng[1] + np.uint64(k_used[0]))
-                elif key is not None:
-                    sub_key = jax.random.fold_in(key, k_used[0])
-                else:
-                    raise Unlowerable(tgt.name() + " (random op without an RNG key)")
-                k_used[0] += 1
-            with lowering.tracing(meta=meta, key=sub_key, device=device):
-                out = low.fn(*a, **kw)
-            env[node] = _cast_like(out, meta) if meta is not None else out
+            try:
+                n_ops += run_node(node, tgt, a, kw)
+            except Unlowerable as e:
+                e.node = node  # the outermost graph's node (decompositions nest)
+                raise
         elif node.op == "output":
             if stats is not None:
                 stats["random"] = k_used[0]

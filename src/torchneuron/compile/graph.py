@@ -394,7 +394,12 @@ class CompiledGraph:
         try:
             exe = self._trace_and_compile(args, w, index)
         except Unlowerable as e:
-            self.eager_ops.add(e.op)
+            node = e.node
+            target = node.target if node is not None else None
+            if not isinstance(target, torch._ops.OpOverload) or target in self.eager_ops:
+                raise RuntimeError(f"torchneuron.compile: cannot compile graph {self.name}: "
+                                   f"{e}") from e
+            self.eager_ops.add(target)
             self._make_split()
             return None
         dt = time.perf_counter() - t0
@@ -699,7 +704,7 @@ class CompiledGraph:
             if isinstance(t, torch._ops.HigherOrderOperator):
                 return True
             if isinstance(t, torch._ops.OpOverload):
-                return t.name() in eager or t in eager
+                return t in eager
             return False
 
         host_run = [None]
@@ -747,7 +752,7 @@ class CompiledGraph:
         if eager:
             STATS.split_graphs += 1
             log.info("torchneuron.compile: %s runs %s eagerly (no lowering); the rest is compiled",
-                     self.name, sorted(str(e) for e in eager))
+                     self.name, sorted(e.name() for e in eager))
         self.split = split
 
 
