@@ -557,8 +557,23 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = _axis(dim, x.ndim)
-    v, i = _sort_last(jnp.moveaxis(x, d, -1), largest)
-    return jnp.moveaxis(v[..., :k], -1, d), jnp.moveaxis(i[..., :k], -1, d)
+    xm = jnp.moveaxis(x, d, -1)
+    if k == 0 or xm.shape[-1] == 0:
+        v, i = xm[..., :0], jnp.zeros(xm.shape[:-1] + (0,), jnp.int64)
+    else:
+        # lax.top_k orders -NaN lowest and -0.0 below 0.0; PyTorch has every NaN
+        # largest and -0.0 == 0.0: rank a canonical key, gather the original values
+        key = xm
+        if is_float(key.dtype):
+            key = jnp.where(jnp.isnan(key), jnp.asarray(jnp.nan, key.dtype),
+                            jnp.where(key == 0, jnp.zeros((), key.dtype), key))
+            if not largest:
+                key = -key
+        elif not largest:
+            key = ~key
+        _, i = lax.top_k(key, k)
+        v = jnp.take_along_axis(xm, i, axis=-1)
+    return jnp.moveaxis(v, -1, d), jnp.moveaxis(i, -1, d)
 
 
 def _select(v, i, pos, d, keepdim):
