@@ -1,6 +1,8 @@
 """Factories and fills: full/zeros/ones, arange/linspace/logspace, eye, fill_, zero_."""
 from __future__ import annotations
 
+import math
+
 
 import jax.numpy as jnp
 import torch
@@ -237,13 +239,14 @@ lower("triu_indices.default", static=("row", "col", "offset"))(_tri_idx(_np.triu
 _fill_ok: dict = {}
 
 
-def _check_fill_value(value, dtype):
+def _check_fill_value(value, dtype, numel):
     if isinstance(value, torch.Tensor) or value is None:
         return
-    key = (type(value), repr(value), dtype)
+    n = min(int(numel), 2)  # CPU fills one element through a path without the float checks
+    key = (type(value), repr(value), dtype, n)
     if key in _fill_ok:
         return
-    torch.empty((), dtype=dtype).fill_(value)  # raises PyTorch's own error
+    torch.empty(n, dtype=dtype).fill_(value)  # raises PyTorch's own error
     if len(_fill_ok) > 4096:
         _fill_ok.clear()
     _fill_ok[key] = True
@@ -262,31 +265,65 @@ def _register_fill_checks():
         return e
 
     def fill_k(self, value):
-        _check_fill_value(value, self.dtype)
+        _check_fill_value(value, self.dtype, self.numel())
         return entry(aten.fill.Scalar, aten.fill.Scalar)(self, value)
 
     def fill_inplace_k(self, value):
-        _check_fill_value(value, self.dtype)
+        _check_fill_value(value, self.dtype, self.numel())
         return entry(aten.fill_.Scalar, aten.fill.Scalar, "inplace")(self, value)
 
     def full_k(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
         if not isinstance(fill_value, torch.Tensor):
-            _check_fill_value(fill_value, dtype or torch.tensor(fill_value).dtype)
+            _check_fill_value(fill_value, dtype or torch.tensor(fill_value).dtype,
+                              math.prod(size))
         return entry(aten.full.default, aten.full.default)(
             size, fill_value, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
 
     def full_like_k(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
                     memory_format=None):
-        _check_fill_value(fill_value, dtype or self.dtype)
+        _check_fill_value(fill_value, dtype or self.dtype, self.numel())
         return entry(aten.full_like.default, aten.full_like.default)(
             self, fill_value, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
             memory_format=memory_format)
 
     def scalar_tensor_k(s, *, dtype=None, layout=None, device=None, pin_memory=None):
-        _check_fill_value(s, dtype or torch.get_default_dtype())
+        _check_fill_value(s, dtype or torch.get_default_dtype(), 1)
         return entry(aten.scalar_tensor.default, aten.scalar_tensor.default)(
             s, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
 
+    # out= forms of the range factories: computed in out's dtype; out is resized only when
+    # its number of elements differs (PyTorch's CPU kernels keep a same-numel shape)
+    def _into(out, r, keep_shape=True):
+        if out.device.type != "neuron":
+            raise dispatch.device_mismatch("neuron:0", out.device)
+        if not keep_shape or out.numel() != r.numel():
+            out.resize_(tuple(r.shape))
+        out.copy_(r.reshape(out.shape))
+        return out
+
+    def arange_out_k(*args, out):
+        start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+        r = aten.arange.start_step(start, end, step, dtype=out.dtype, device=out.device)
+        return _into(out, r)
+
+    def linspace_out_k(start, end, steps, *, out):
+        r = aten.linspace.default(start, end, steps, dtype=out.dtype, device=out.device)
+        return _into(out, r)
+
+    def logspace_out_k(start, end, steps, base=10.0, *, out):
+        r = aten.logspace.default(start, end, steps, base, dtype=out.dtype, device=out.device)
+        return _into(out, r)
+
+    def eye_out_k(n, m=None, *, out):
+        r = aten.eye.m(n, n if m is None else m, dtype=out.dtype, device=out.device)
+        return _into(out, r, keep_shape=False)
+
+    dispatch.register_kernel(aten.arange.start_out, arange_out_k)
+    dispatch.register_kernel(aten.arange.out, arange_out_k)
+    dispatch.register_kernel(aten.linspace.out, linspace_out_k)
+    dispatch.register_kernel(aten.logspace.out, logspace_out_k)
+    dispatch.register_kernel(aten.eye.out, eye_out_k)
+    dispatch.register_kernel(aten.eye.m_out, eye_out_k)
     dispatch.register_kernel(aten.fill.Scalar, fill_k)
     dispatch.register_kernel(aten.fill_.Scalar, fill_inplace_k)
     dispatch.register_kernel(aten.full.default, full_k)

@@ -404,9 +404,45 @@ def _register():
             op = packet.Tensor
             target = packet.ScalarList
             dispatch.register_kernel(op, _tensor_scalars_kernel(target))
+    register_out_kernels()
 
 
 _keep: list = []
+
+
+def register_out_kernels():
+    """_foreach_*.<overload>_out: the functional result copied into each `out` tensor."""
+    from .. import dispatch
+
+    for op in list(LOWERINGS):
+        pname = op._schema.name.split("::")[1]
+        if not pname.startswith("_foreach_") or pname.endswith("_"):
+            continue
+        packet = getattr(aten, pname)
+        want = [(a.name, str(a.type)) for a in op._schema.arguments]
+        for ov in packet.overloads():
+            cand = getattr(packet, ov)
+            args = cand._schema.arguments
+            if not args or args[-1].name != "out" or \
+                    [(a.name, str(a.type)) for a in args[:-1]] != want:
+                continue
+            dispatch.register_kernel(cand, _foreach_out_kernel(op))
+
+
+def _foreach_out_kernel(func):
+    def kernel(*args, out, **kwargs):
+        res = func(*args, **kwargs)
+        if len(out) != len(res):
+            raise RuntimeError(f"Tensor lists must have the same number of tensors, got "
+                               f"{len(out)} and {len(res)}")
+        for o, r in zip(out, res):
+            if tuple(o.shape) != tuple(r.shape):
+                from .. import dispatch
+
+                dispatch.resize_output(o, r.shape)
+            o.copy_(r)
+
+    return kernel
 
 
 def _noop_meta(*args, **kwargs):
