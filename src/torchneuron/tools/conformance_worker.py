@@ -141,7 +141,9 @@ def _describe(x, depth=0) -> str:
     if isinstance(x, torch.Tensor):
         dt = str(x.dtype).replace("torch.", "")
         s = f"{_DT.get(dt, dt)}{list(x.shape)}"
-        if x.numel() > 1 and not x.is_contiguous():
+        if x.layout != torch.strided:
+            s += f"({str(x.layout).replace('torch.', '')})"
+        elif x.numel() > 1 and not x.is_contiguous():
             s += "(nc)"
         return s
     if isinstance(x, (list, tuple)):
@@ -155,10 +157,13 @@ def _describe(x, depth=0) -> str:
 
 
 def describe_sample(s) -> str:
-    parts = [_describe(s.input)]
-    parts += [_describe(a) for a in s.args]
-    parts += [f"{k}={_describe(v)}" for k, v in s.kwargs.items()]
-    return _short(", ".join(parts), 300)
+    try:
+        parts = [_describe(s.input)]
+        parts += [_describe(a) for a in s.args]
+        parts += [f"{k}={_describe(v)}" for k, v in s.kwargs.items()]
+        return _short(", ".join(parts), 300)
+    except Exception as e:
+        return f"(undescribable sample: {_exc(e)})"
 
 
 # ---------------------------------------------------------------------------
@@ -450,7 +455,13 @@ class _Unit:
         self.send(("begin", {"n": len(picked), "total": total, "values": values, "note": note}))
         for i in picked:
             s = samples[i]
-            rec = _run_sample(test, op, s, device, values, backward, seed + i)
+            try:
+                rec = _run_sample(test, op, s, device, values, backward, seed + i)
+            except Exception as e:  # a bug of this harness on an unusual sample: say so, go on
+                msg = "harness error: " + _exc(e)
+                rec = {"desc": describe_sample(s), "fwd": ["ERROR", msg]}
+                if backward:
+                    rec["bwd"] = ["ERROR", msg]
             rec["i"] = i
             self.send(("sample", rec))
             del s
