@@ -217,3 +217,31 @@ def test_grad_scaler_unscale_and_clip():
             s.step(o)
             s.update()
     _close(m_dev.parameters(), m_cpu.parameters(), "unscale+clip")
+
+
+OTHERS = [
+    ("NAdam", dict(lr=1e-2), None), ("RAdam", dict(lr=1e-2), None),
+    ("Adamax", dict(lr=1e-2), None), ("ASGD", dict(lr=1e-2), None),
+    ("Adadelta", dict(lr=1.0), None), ("Rprop", dict(lr=1e-2), None),
+    # capturable: the step count lives on the device; CPU runs the same math uncapturable
+    ("Adam", dict(lr=1e-2, capturable=True), dict(lr=1e-2)),
+    ("AdamW", dict(lr=1e-2, capturable=True, amsgrad=True), dict(lr=1e-2, amsgrad=True)),
+]
+
+
+@pytest.mark.parametrize("name,kw,cpu_kw", OTHERS,
+                         ids=[f"{o[0]}{'-capturable' if o[2] else ''}" for o in OTHERS])
+def test_other_optimizers(name, kw, cpu_kw):
+    m_cpu = _model()
+    m_dev = copy.deepcopy(m_cpu).to(DEV)
+    o_cpu = getattr(torch.optim, name)(m_cpu.parameters(), **(cpu_kw or kw))
+    o_dev = getattr(torch.optim, name)(m_dev.parameters(), **kw)
+    x, y = _data()
+    xd, yd = x.to(DEV), y.to(DEV)
+    for step in range(10):
+        for m, o, xx, yy, dev in ((m_cpu, o_cpu, x, y, False), (m_dev, o_dev, xd, yd, True)):
+            with native_only(dev):
+                o.zero_grad()
+                F.mse_loss(m(xx), yy).backward()
+                o.step()
+        _close(m_dev.parameters(), m_cpu.parameters(), f"{name} {kw} step {step}")
