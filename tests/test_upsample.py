@@ -121,3 +121,59 @@ def test_interpolate_errors():
         F.interpolate(torch.randn(1, 3, 0, 4, device="neuron"), size=(3, 4), mode="bilinear")
     with pytest.raises((RuntimeError, NotImplementedError, ValueError)):
         F.interpolate(x, size=(4,), mode="bilinear")
+
+
+# ---------------------------------------------------------------- grid sampling
+GRID = [(m, p, ac) for m in ("bilinear", "nearest", "bicubic") for p in ("zeros", "border", "reflection")
+        for ac in (False, True)]
+
+
+@pytest.mark.parametrize("mode,pad,ac", GRID, ids=[f"{m}-{p}-{ac}" for m, p, ac in GRID])
+def test_grid_sample_2d(mode, pad, ac):
+    x = _r((2, 3, 5, 6), torch.float64, grad=True)
+    g = (torch.rand(2, 4, 7, 2, dtype=torch.float64) * 2.6 - 1.3).requires_grad_()
+    fn = lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=ac)  # noqa: E731
+    check(fn, x, g, grad=True, **TOL[torch.float64])
+    check(fn, x.detach().float().requires_grad_(), g.detach().float().requires_grad_(), grad=True,
+          atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode,pad,ac", [c for c in GRID if c[0] != "bicubic"],
+                         ids=[f"{m}-{p}-{ac}" for m, p, ac in GRID if m != "bicubic"])
+def test_grid_sample_3d(mode, pad, ac):
+    x = _r((2, 3, 4, 5, 6), torch.float64, grad=True)
+    g = (torch.rand(2, 3, 4, 2, 3, dtype=torch.float64) * 2.6 - 1.3).requires_grad_()
+    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=ac), x, g,
+          grad=True, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("ac", [False, True])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+def test_affine_grid_sample(ac, pad):
+    # identity-ish affine grids land exactly on pixel centres and borders
+    theta = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], [[0.9, 0.2, 0.1], [-0.1, 1.1, -0.2]]],
+                         dtype=torch.float64, requires_grad=True)
+    x = _r((2, 3, 5, 6), torch.float64, grad=True)
+
+    def fn(x, theta):
+        grid = F.affine_grid(theta, (2, 3, 4, 7), align_corners=ac)
+        return F.grid_sample(x, grid, padding_mode=pad, align_corners=ac)
+
+    check(fn, x, theta, grad=True, **TOL[torch.float64])
+    theta3 = _r((2, 3, 4), torch.float64, grad=True)
+    check(lambda t: F.affine_grid(t, (2, 3, 3, 4, 5), align_corners=ac), theta3, grad=True, **TOL[torch.float64])
+
+
+def test_grid_sample_noncontiguous_and_nonfinite():
+    x = _r((2, 6, 5, 3), grad=True).detach().transpose(1, 3).requires_grad_()
+    g = (torch.rand(2, 2, 7, 4) * 2 - 1).transpose(1, 3).contiguous().transpose(1, 2)
+    g = g.permute(0, 1, 2, 3)[..., :2].requires_grad_()
+    check(lambda x, g: F.grid_sample(x, g, align_corners=False), x, g, grad=True, atol=1e-5, rtol=1e-5)
+    gn = torch.rand(1, 2, 2, 2) * 2 - 1
+    gn[0, 0, 0, 0] = float("nan")
+    gn[0, 1, 1, 1] = float("inf")
+    gn[0, 1, 0, 1] = float("-inf")
+    for mode in ("bilinear", "nearest", "bicubic"):
+        for pad in ("zeros", "border", "reflection"):
+            check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=False),
+                  _r((1, 2, 4, 4)), gn, atol=1e-5, rtol=1e-5)

@@ -330,3 +330,140 @@ def _register_kernels():
 
 
 _register_kernels()
+
+
+# ---------------------------------------------------------------- grid sampling
+# interpolation_mode: 0 bilinear, 1 nearest, 2 bicubic; padding_mode: 0 zeros, 1 border,
+# 2 reflection (PyTorch's GridSampler.h).  Written so that jax's derivative equals
+# PyTorch's hand-written one (clipping/reflection pass no gradient at the boundaries
+# exactly as PyTorch's *_set_grad helpers).
+def _unnormalize(coord, size, align_corners):
+    if align_corners:
+        return (coord + 1) / 2 * (size - 1)
+    return ((coord + 1) * size - 1) / 2
+
+
+def _clip(x, size):
+    # NaN clips to 0, as in PyTorch's vectorized CPU kernel
+    hi = jnp.asarray(size - 1, x.dtype)
+    return jnp.where(x > 0, jnp.where(x < hi, x, jnp.broadcast_to(hi, x.shape)), jnp.zeros_like(x))
+
+
+def _reflect(x, twice_low, twice_high):
+    if twice_low == twice_high:
+        return jnp.zeros_like(x)
+    mn = twice_low / 2
+    span = (twice_high - twice_low) / 2
+    d = x - mn
+    d = jnp.where(d < 0, -d, d)
+    extra = jnp.fmod(d, span)
+    flips = jnp.floor(d / span)
+    even = jnp.fmod(flips, 2) == 0
+    return jnp.where(even, extra + mn, span - extra + mn)
+
+
+def _pad_coords(x, size, padding_mode, align_corners):
+    if padding_mode == 1:
+        return _clip(x, size)
+    if padding_mode == 2:
+        if align_corners:
+            x = _reflect(x, 0, 2 * (size - 1))
+        else:
+            x = _reflect(x, -1, 2 * size - 1)
+        return _clip(x, size)
+    return x
+
+
+def _gather(inp_flat, sizes, idxs):
+    """inp_flat (N, C, prod(sizes)); idxs: integer coordinate arrays (N, *out) per axis.
+    Returns values (N, C, *out) with zeros where any coordinate is out of bounds."""
+    ok = None
+    flat = None
+    for i, (ix, n) in enumerate(zip(idxs, sizes)):
+        inb = (ix >= 0) & (ix < n)
+        ok = inb if ok is None else ok & inb
+        c = jnp.clip(ix, 0, n - 1)
+        flat = c if flat is None else flat * n + c
+    N = inp_flat.shape[0]
+    out_shape = flat.shape[1:]
+    v = jnp.take_along_axis(inp_flat, flat.reshape(N, 1, -1), axis=2)
+    v = v.reshape(inp_flat.shape[:2] + out_shape)
+    return jnp.where(ok[:, None], v, jnp.zeros_like(v))
+
+
+def _cubic_w(t):
+    A = -0.75
+
+    def cc1(x):
+        return ((A + 2) * x - (A + 3)) * x * x + 1
+
+    def cc2(x):
+        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+
+    return [cc2(t + 1), cc1(t), cc1(1 - t), cc2(2 - t)]
+
+
+def _grid_sample(inp, grid, mode, padding_mode, align_corners):
+    nd = inp.ndim - 2
+    sizes = inp.shape[2:]
+    N, C = inp.shape[:2]
+    flat = inp.reshape(N, C, -1)
+    # grid[..., 0] indexes the last axis (W), grid[..., 1] the one before, ...
+    coords = [grid[..., nd - 1 - a] for a in range(nd)]  # per axis a (D/H/W order)
+    if mode == 2:  # bicubic (2-d only)
+        xs = [_unnormalize(coords[a], sizes[a], align_corners) for a in range(nd)]
+        base = [jnp.floor(x) for x in xs]
+        ws = [_cubic_w(x - b) for x, b in zip(xs, base)]
+        out = 0
+        for i in range(4):
+            for j in range(4):
+                pos = []
+                for a, k in zip(range(nd), (i, j)):
+                    p = _pad_coords(base[a] - 1 + k, sizes[a], padding_mode, align_corners)
+                    pos.append(p.astype(jnp.int64))
+                v = _gather(flat, sizes, pos)
+                out = out + v * (ws[0][i] * ws[1][j])[:, None]
+        return out
+    raw = [_pad_coords(_unnormalize(coords[a], sizes[a], align_corners), sizes[a], padding_mode,
+                       align_corners) for a in range(nd)]
+    # non-finite coordinates never index (PyTorch maps them far out of range), but
+    # their weights stay non-finite, as in PyTorch's CPU kernel
+    xs = [jnp.where(jnp.isfinite(x), x, jnp.full_like(x, -100.0)) for x in raw]
+    if mode == 1:  # nearest, round half to even like nearbyint
+        return _gather(flat, sizes, [jnp.round(x).astype(jnp.int64) for x in xs])
+    lo = [jnp.floor(x) for x in xs]
+    out = 0
+    for corner in range(2 ** nd):
+        pos, w = [], None
+        for a in range(nd):
+            up = (corner >> (nd - 1 - a)) & 1
+            p = lo[a] + up
+            wa = (raw[a] - lo[a]) if up else (lo[a] + 1 - raw[a])
+            pos.append(p.astype(jnp.int64))
+            w = wa if w is None else w * wa
+        out = out + _gather(flat, sizes, pos) * w[:, None]
+    return out
+
+
+@lower("grid_sampler_2d.default", "grid_sampler_3d.default")
+def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
+    acc = _acc(input.dtype)
+    if input.size == 0 or grid.size == 0:
+        return jnp.zeros(input.shape[:2] + grid.shape[1:-1], acc)
+    return _grid_sample(cast(input, acc), cast(grid, acc), interpolation_mode, padding_mode,
+                        align_corners)
+
+
+@lower("grid_sampler_2d_backward.default", "grid_sampler_3d_backward.default")
+def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                          align_corners, output_mask):
+    acc = _acc(input.dtype)
+    if input.size == 0 or grid.size == 0:
+        return (jnp.zeros(input.shape, acc) if output_mask[0] else None, jnp.zeros(grid.shape, acc))
+
+    def f(x, g):
+        return _grid_sample(x, g, interpolation_mode, padding_mode, align_corners)
+
+    _, vjp = jax.vjp(f, cast(input, acc), cast(grid, acc))
+    gi, gg = vjp(cast(grad_output, acc))
+    return (gi if output_mask[0] else None, gg)
