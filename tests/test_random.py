@@ -518,6 +518,11 @@ def test_poisson_gamma():
         _moments_ok(cg[:, k], lk, math.sqrt(lk))
 
 
+def test_gamma_degenerate_alpha():
+    # PyTorch clamps samples to the smallest normal float (alpha <= 0, NaN, tiny alpha)
+    check(lambda a: torch._standard_gamma(a), torch.tensor([-1.0, 0.0, float("nan"), 1e-30]))
+
+
 # ---------------------------------------------------------------- dropout
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_dropout_deterministic_cases(dtype):
@@ -636,6 +641,10 @@ ERRORS = [
     ("log_normal_int", lambda d: torch.empty(3, device=d, dtype=torch.int32).log_normal_()),
     ("cauchy_int", lambda d: torch.empty(3, device=d, dtype=torch.int32).cauchy_()),
     ("dropout_p", lambda d: torch.ops.aten.native_dropout(torch.ones(3, device=d), 1.5, True)),
+    ("poisson_negative", lambda d: torch.poisson(torch.tensor([1.0, -1.0], device=d))),
+    ("poisson_nan", lambda d: torch.poisson(torch.tensor([float("nan")], device=d))),
+    ("poisson_int", lambda d: torch.poisson(torch.tensor([1, 2], device=d))),
+    ("gamma_int", lambda d: torch._standard_gamma(torch.tensor([1, 2], device=d))),
     ("F_dropout_p", lambda d: F.dropout(torch.ones(3, device=d), 1.5, True)),
 ]
 

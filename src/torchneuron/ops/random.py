@@ -487,9 +487,18 @@ def native_dropout_backward(grad_output, mask, scale):
 
 
 # ---------------------------------------------------------------- poisson / gamma
+def _need_float(kernel, x):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        from .. import runtime
+
+        raise NotImplementedError(f'"{kernel}" not implemented for '
+                                  f"'{_scalar_name(runtime.tdtype(x.dtype))}'")
+
+
 @lower("poisson.default", random=True)
 def poisson(self, generator=None):
     _no_generator(generator)
+    _need_float("poisson_cpu", self)
     lam = self.astype(jnp.float64)
     v = jax.random.poisson(rng_key(), lam, tuple(self.shape), jnp.int64)
     return v.astype(self.dtype)
@@ -498,8 +507,12 @@ def poisson(self, generator=None):
 @lower("_standard_gamma.default", random=True)
 def standard_gamma(self, generator=None):
     _no_generator(generator)
+    _need_float("gamma_cpu", self)
     cd = _compute_float(self.dtype)
-    return jax.random.gamma(rng_key(), self.astype(cd), tuple(self.shape), cd).astype(self.dtype)
+    v = jax.random.gamma(rng_key(), self.astype(cd), tuple(self.shape), cd)
+    # PyTorch clamps samples to the smallest normal value (also for alpha <= 0 or NaN)
+    tiny = jnp.asarray(jnp.finfo(self.dtype).tiny, cd)
+    return jnp.where(v >= tiny, v, tiny).astype(self.dtype)
 
 
 # ---------------------------------------------------------------- value checks (eager)
@@ -553,7 +566,11 @@ def _flag_multinomial(p, fast):
     return _first_nonzero(rows).astype(jnp.int32)
 
 
-_FLAGS = {"std": _flag_std, "p": _flag_p, "multinomial": _flag_multinomial}
+def _flag_rate(x, _):
+    return jnp.any(~(x >= 0)).astype(jnp.int32)
+
+
+_FLAGS = {"std": _flag_std, "p": _flag_p, "multinomial": _flag_multinomial, "rate": _flag_rate}
 
 _MULTINOMIAL_MSG = {
     1: "probability tensor contains either `inf`, `nan` or element < 0",
@@ -629,6 +646,12 @@ def _register_checked_kernels():
             return torch.empty_like(input), torch.empty_like(input)
         return entry(aten.native_dropout.default)(input, p, train)
 
+    def poisson_k(self, generator=None):
+        if _is_dev(self) and self.numel() and self.dtype.is_floating_point and \
+                _device_flag(self, "rate"):
+            raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
+        return entry(aten.poisson.default)(self, generator)
+
     def randperm_out_k(n, *, generator=None, out):
         r = aten.randperm.default(n, dtype=out.dtype, device=out.device)
         dispatch.resize_output(out, r.shape)
@@ -642,6 +665,7 @@ def _register_checked_kernels():
     dispatch.register_kernel(aten.bernoulli.default, bern_k)
     dispatch.register_kernel(aten.multinomial.default, multinomial_k)
     dispatch.register_kernel(aten.native_dropout.default, native_dropout_k)
+    dispatch.register_kernel(aten.poisson.default, poisson_k)
     dispatch.register_kernel(aten.randperm.generator_out,
                              lambda n, *, generator=None, out: randperm_out_k(
                                  n, generator=_no_generator(generator), out=out))
