@@ -327,3 +327,39 @@ def test_fused_adagrad():
         return p, g, s, st
 
     check(f, params, grads, sums, steps, atol=1e-6, rtol=1e-5)
+
+
+AMP_ERRORS = [
+    ("inv_scale_numel", lambda d: torch._amp_foreach_non_finite_check_and_unscale_(
+        [torch.ones(3, device=d)], torch.zeros(1, device=d), torch.ones(2, device=d))),
+    ("found_inf_int", lambda d: torch._amp_foreach_non_finite_check_and_unscale_(
+        [torch.ones(3, device=d)], torch.zeros(1, device=d, dtype=torch.int32), torch.ones(1, device=d))),
+    ("inv_scale_double", lambda d: torch._amp_foreach_non_finite_check_and_unscale_(
+        [torch.ones(3, device=d)], torch.zeros(1, device=d), torch.ones(1, device=d, dtype=F64))),
+    ("tracker_float", lambda d: torch._amp_update_scale_(
+        torch.ones(1, device=d), torch.zeros(1, device=d), torch.zeros(1, device=d), 2.0, 0.5, 2)),
+    ("scale_numel", lambda d: torch._amp_update_scale_(
+        torch.ones(2, device=d), torch.zeros(1, device=d, dtype=torch.int32), torch.zeros(1, device=d),
+        2.0, 0.5, 2)),
+    ("update_found_int", lambda d: torch._amp_update_scale_(
+        torch.ones(1, device=d), torch.zeros(1, device=d, dtype=torch.int32),
+        torch.zeros(1, device=d, dtype=torch.int32), 2.0, 0.5, 2)),
+]
+
+
+@pytest.mark.parametrize("name,fn", AMP_ERRORS, ids=[e[0] for e in AMP_ERRORS])
+def test_amp_errors(name, fn):
+    with pytest.raises(RuntimeError) as cpu:
+        fn("cpu")
+    with native_only(), pytest.raises(RuntimeError) as dev:
+        fn(DEV)
+    assert str(dev.value) == str(cpu.value)
+
+
+def test_foreach_copy_converts_like_cpu():
+    def copy(a, b):
+        torch._foreach_copy_(a, b)
+        return a
+
+    check(copy, [torch.zeros(4, dtype=torch.int8), torch.zeros(3, dtype=torch.int32)],
+          [torch.tensor([300.5, -1.5, float("nan"), 1e10]), torch.tensor([3e9, -2.7, float("inf")])])

@@ -19,7 +19,7 @@ import torch
 from jax import lax
 
 from .. import lowering
-from ..lowering import LOWERINGS, lower, out_meta, resolve
+from ..lowering import LOWERINGS, convert, lower, out_meta, resolve
 
 aten = torch.ops.aten
 
@@ -72,7 +72,7 @@ def foreach_clone(self, *, memory_format=None):
 
 @lower("_foreach_copy.default")
 def foreach_copy(self, src, non_blocking=False):
-    return [jnp.broadcast_to(s.astype(x.dtype), x.shape) for x, s in zip(self, src)]
+    return [jnp.broadcast_to(convert(s, x.dtype), x.shape) for x, s in zip(self, src)]
 
 
 @lower("_foreach_max.default")
@@ -220,6 +220,14 @@ def _opmath(dt):
 
 @lower("_amp_foreach_non_finite_check_and_unscale_.default")
 def amp_unscale(self, found_inf, inv_scale):
+    if inv_scale.size != 1:
+        raise RuntimeError("inv_scale must be a 1-element tensor.")
+    if found_inf.size != 1:
+        raise RuntimeError("found_inf must be a 1-element tensor.")
+    if inv_scale.dtype != jnp.float32:
+        raise RuntimeError("inv_scale must be a float tensor.")
+    if found_inf.dtype != jnp.float32:
+        raise RuntimeError("found_inf must be a float tensor.")
     inv = jnp.asarray(inv_scale).reshape(())
     bad = jnp.zeros((), jnp.bool_)
     out = []
@@ -236,6 +244,15 @@ def amp_unscale(self, found_inf, inv_scale):
 @lower("_amp_update_scale_.default")
 def amp_update_scale(self, growth_tracker, found_inf, scale_growth_factor, scale_backoff_factor,
                      growth_interval):
+    for name, t in (("growth_tracker", growth_tracker), ("current_scale", self),
+                    ("found_inf", found_inf)):
+        if t.size != 1:
+            raise RuntimeError(f"{name} must be a 1-element tensor.")
+    for name, t, want, word in (("growth_tracker", growth_tracker, jnp.int32, "an int"),
+                                ("current_scale", self, jnp.float32, "a float"),
+                                ("found_inf", found_inf, jnp.float32, "a float")):
+        if t.dtype != want:
+            raise RuntimeError(f"{name} must be {word} tensor.")
     scale = self.reshape(())
     tracker = growth_tracker.reshape(())
     inf = found_inf.reshape(()) != 0
