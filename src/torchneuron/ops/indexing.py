@@ -153,6 +153,11 @@ def index(x, indices):
 def index_put(x, indices, values, accumulate=False):
     idx = _idx_tuple(indices)
     v = cast(jnp.asarray(values), x.dtype)
+    res = jax.eval_shape(lambda a: a[idx], x).shape
+    if len(v.shape) > len(res) or any(a != 1 and a != b for a, b in
+                                      zip(reversed(v.shape), reversed(res))):
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(v.shape)} cannot be "
+                           f"broadcast to indexing result of shape {list(res)}")
     if accumulate:
         r = _bool_math(x).at[idx].add(_bool_math(v), mode="drop")
         return _fix_bool(r, x.dtype)
@@ -431,7 +436,7 @@ def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, s
         max_idx = jnp.where(first < n, indices.at[jnp.minimum(first, max(n - 1, 0))].get(
             mode="fill", fill_value=-1), -1) if n else jnp.full((nb, d), -1, jnp.int64)
         out = jnp.where((bag_size > 0)[:, None], out, jnp.zeros((), weight.dtype))
-        return out, bag.astype(jnp.int64), bag_size, max_idx.astype(jnp.int64)
+        return _bag_outputs(out, bag, bag_size, max_idx)
     if per_sample_weights is not None:
         rows = rows * cast(per_sample_weights, rows.dtype)[:, None]
     rows = jnp.where(inbag[:, None], rows, jnp.zeros((), rows.dtype))
@@ -439,8 +444,21 @@ def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, s
     out = jnp.zeros((nb, d), acc).at[tgt].add(rows.astype(acc), mode="drop")
     if mode == 1:
         out = out / jnp.maximum(bag_size, 1)[:, None].astype(acc)
-    # CPU returns bag_size as max_indices for sum/mean
-    return out.astype(weight.dtype), bag.astype(jnp.int64), bag_size, bag_size
+    return _bag_outputs(out.astype(weight.dtype), bag, bag_size, None)
+
+
+def _bag_outputs(out, bag, bag_size, max_idx):
+    """The four results in the shapes PyTorch's meta kernel gives (the device layout)."""
+    metas = out_meta()
+    o2b_shape, bs_shape, mi_shape = (tuple(m.shape) for m in metas[1:])
+    bs = jnp.zeros(bs_shape, jnp.int64)
+    k = min(bs_shape[0], bag_size.shape[0]) if bs_shape else 0
+    bs = bs.at[:k].set(bag_size[:k]) if k else bs
+    mi = max_idx.astype(jnp.int64) if max_idx is not None and max_idx.shape == mi_shape \
+        else jnp.zeros(mi_shape, jnp.int64)
+    o2b = bag.astype(jnp.int64).reshape(o2b_shape) if math.prod(o2b_shape) == bag.size \
+        else jnp.zeros(o2b_shape, jnp.int64)
+    return out, o2b, bs, mi
 
 
 def _bag_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
@@ -490,11 +508,27 @@ def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_i
                          scale_grad_by_freq, mode, per_sample_weights, padding_idx)
 
 
+@lower("_embedding_bag_per_sample_weights_backward.default")
+def _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode,
+                                               padding_idx=-1):
+    i = indices.reshape(-1)
+    bag = offset2bag.reshape(-1)
+    acc = jnp.float32 if grad.dtype in (jnp.bfloat16, jnp.float16) else grad.dtype
+    g = grad.astype(acc).at[bag].get(mode="fill", fill_value=0)
+    w = weight.astype(acc).at[i].get(mode="fill", fill_value=0, wrap_negative_indices=False)
+    r = jnp.sum(g * w, axis=1)
+    if padding_idx >= 0:
+        r = jnp.where(i == padding_idx, jnp.zeros((), acc), r)
+    return r.astype(grad.dtype)
+
+
 # ---------------------------------------------------------------- nonzero_static
 @lower("nonzero_static.default")
 def nonzero_static(x, *, size, fill_value=-1):
     if x.ndim == 0:
         return jnp.zeros((size, 0), jnp.int64)
+    if x.size == 0:  # jnp.nonzero ignores fill_value for an empty input
+        return jnp.full((size, x.ndim), fill_value, jnp.int64)
     idx = jnp.nonzero(x, size=size, fill_value=fill_value)
     return jnp.stack([i.astype(jnp.int64) for i in idx], axis=-1)
 
@@ -857,13 +891,14 @@ def _expand_masks(self, indices):
 
 
 def _index_finder(self, indices):
+    # PyTorch names the dimension by its rank among the indexed (non-None) dims
     items = []
-    d = 0
-    for t in indices:
+    k = 0
+    for d, t in enumerate(indices):
         if t is not None and d < self.dim():
             n = self.shape[d]
-            items.append((t, -n, n, _oob(d, n)))
-        d += 1
+            items.append((t, -n, n, _oob(k, n)))
+            k += 1
     return items
 
 
@@ -950,14 +985,14 @@ def _index_put_kernel(op, low_op, mode):
         if self.device.type != "neuron":
             raise dispatch.device_mismatch("neuron:0", self.device)
         _check_index_dtypes(indices)
+        if isinstance(values, torch.Tensor) and values.dtype != self.dtype:
+            raise RuntimeError(
+                "Index put requires the source and destination dtypes match, got "
+                f"{dispatch.scalar_type_name(self.dtype)} for the destination and "
+                f"{dispatch.scalar_type_name(values.dtype)} for the source.")
         masks = [t for t in indices if t is not None and _is_mask(t)]
         if masks:
             _mask_positions(self, indices)
-            if values.dtype != self.dtype:
-                raise RuntimeError(
-                    "Index put requires the source and destination dtypes match, got "
-                    f"{dispatch.scalar_type_name(self.dtype)} for the destination and "
-                    f"{dispatch.scalar_type_name(values.dtype)} for the source.")
             fast = (len(masks) == 1 and sum(t is not None for t in indices) == 1
                     and masks[0].dim() > 0 and values.numel() == 1
                     and (values.device.type == "neuron" or values.dim() == 0))
