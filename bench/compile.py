@@ -1,8 +1,12 @@
 """Small-GPT training step: torchneuron eager vs torch.compile(backend="neuron") vs
 PyTorch CPU eager vs torch.compile (inductor) on the CPU.
 
-    python bench/compile.py [--batch 8] [--steps 10] [--rounds 3] [--layers 4 --width 256
-                             --seq 128 --vocab 256] [--out reports/compile.json]
+    python bench/compile.py [--sizes full,tiny] [--steps 10] [--rounds 3] [--batch B]
+                            [--out reports/compile.json]
+
+Sizes: "full" is the 4-layer, width-256, sequence-128, vocabulary-256 GPT at
+batch 8 (compute-bound on a CPU); "tiny" (2 layers, width 64, sequence 32,
+batch 2) is where per-op dispatch overhead dominates.
 
 Each configuration trains its own copy of the same model (same seed) with AdamW.
 Timing: the first two steps (compilation; AdamW's state appears at step one, so
@@ -85,45 +89,39 @@ class Config:
         return dt
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=256)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--only", default="", help="comma list of configurations to run")
-    p.add_argument("--out", default="reports/compile.json")
-    p.add_argument("--png", default=None, help="chart path (default: next to --out)")
-    a = p.parse_args(argv)
+SIZES = {
+    # the issue's small GPT: compute-bound on a CPU
+    "full": dict(layers=4, width=256, heads=4, seq=128, vocab=256, batch=8),
+    # the same model family where per-op overhead dominates (what compilation removes)
+    "tiny": dict(layers=2, width=64, heads=2, seq=32, vocab=256, batch=2),
+}
 
-    cfg = GPTConfig(vocab_size=a.vocab, block_size=a.seq, n_layer=a.layers, n_head=a.heads,
-                    n_embd=a.width, dropout=0.0)
-    batches = synthetic_batches(4, a.batch, a.seq, a.vocab)
+
+def run_size(label, size, a):
+    cfg = GPTConfig(vocab_size=size["vocab"], block_size=size["seq"], n_layer=size["layers"],
+                    n_head=size["heads"], n_embd=size["width"], dropout=0.0)
+    batches = synthetic_batches(4, size["batch"], size["seq"], size["vocab"])
     names = [("neuron eager", "neuron", None), ("neuron compiled", "neuron", "neuron"),
              ("cpu eager", "cpu", None), ("cpu inductor", "cpu", "inductor")]
     if a.only:
         keep = {s.strip() for s in a.only.split(",")}
         names = [n for n in names if n[0] in keep]
-    print(f"small GPT: {a.layers} layers, width {a.width}, {a.heads} heads, sequence {a.seq}, "
-          f"vocabulary {a.vocab}, batch {a.batch}; AdamW; torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs", flush=True)
+    print(f"[{label}] small GPT: {size['layers']} layers, width {size['width']}, {size['heads']} "
+          f"heads, sequence {size['seq']}, vocabulary {size['vocab']}, batch {size['batch']}; "
+          f"AdamW", flush=True)
+    torch._dynamo.reset()
     configs = []
     for name, dev, backend in names:
-        c = Config(name, dev, backend, cfg, batches, a.lr)
+        c = Config(f"{label} {name}", dev, backend, cfg, batches, a.lr)
         c.warm()
         print(f"  {name:16s} first two steps {c.first_two_s:8.2f} s", flush=True)
-        configs.append(c)
-    for r in range(a.rounds):
-        for c in configs:
+        configs.append((name, c))
+    for _ in range(a.rounds):
+        for _, c in configs:
             c.timed(a.steps)
     res = {}
-    for c in configs:
-        res[c.name] = {
+    for name, c in configs:
+        res[name] = {
             "steps_per_s": 1.0 / c.best_step_s,
             "step_ms": c.best_step_s * 1e3,
             "first_two_steps_s": c.first_two_s,
@@ -131,15 +129,14 @@ def main(argv=None):
             "compile_s": max(0.0, c.first_two_s - 2 * c.best_step_s),
             "losses": c.losses,
         }
-    print()
-    print(f"{'configuration':18s} {'steps/s':>9s} {'ms/step':>9s} {'compile s':>10s}")
+    print(f"  {'configuration':18s} {'steps/s':>9s} {'ms/step':>9s} {'compile s':>10s}")
     for n, r in res.items():
-        print(f"{n:18s} {r['steps_per_s']:9.2f} {r['step_ms']:9.1f} {r['compile_s']:10.1f}")
+        print(f"  {n:18s} {r['steps_per_s']:9.2f} {r['step_ms']:9.1f} {r['compile_s']:10.1f}")
     ratios = {}
 
-    def ratio(x, y, label):
+    def ratio(x, y, lab):
         if x in res and y in res:
-            ratios[label] = res[x]["steps_per_s"] / res[y]["steps_per_s"]
+            ratios[lab] = res[x]["steps_per_s"] / res[y]["steps_per_s"]
 
     ratio("neuron compiled", "neuron eager", "neuron compiled / neuron eager")
     ratio("neuron compiled", "cpu inductor", "neuron compiled / cpu inductor")
@@ -149,61 +146,88 @@ def main(argv=None):
     if "neuron compiled" in res and "cpu inductor" in res:
         ratios["first compile: neuron / inductor"] = (res["neuron compiled"]["compile_s"]
                                                       / max(res["cpu inductor"]["compile_s"], 1e-9))
-    print()
     for k, v in ratios.items():
-        print(f"{k:36s} {v:6.2f}x")
+        print(f"  {k:36s} {v:6.2f}x")
     if "neuron compiled" in res and "neuron eager" in res:
         le, lc = res["neuron eager"]["losses"], res["neuron compiled"]["losses"]
-        print(f"{'loss after ' + str(2 + a.rounds * a.steps) + ' steps':36s} eager {le[-1]:.4f}  "
-              f"compiled {lc[-1]:.4f}")
+        print(f"  {'loss after ' + str(2 + a.rounds * a.steps) + ' steps':36s} eager {le[-1]:.4f}  "
+              f"compiled {lc[-1]:.4f}", flush=True)
+    params = sum(p.numel() for p in configs[0][1].model.parameters())
+    return {"size": size | {"params": params}, "results": res, "ratios": ratios}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="full", help=f"comma list of {sorted(SIZES)}")
+    p.add_argument("--batch", type=int, default=None, help="override the batch size")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--only", default="", help="comma list of configurations to run")
+    p.add_argument("--out", default="reports/compile.json")
+    p.add_argument("--png", default=None, help="chart path (default: next to --out)")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, torch threads "
+          f"{torch.get_num_threads()}", flush=True)
+    runs = {}
+    for label in [s.strip() for s in a.sizes.split(",") if s.strip()]:
+        size = dict(SIZES[label])
+        if a.batch:
+            size["batch"] = a.batch
+        runs[label] = run_size(label, size, a)
+        print(flush=True)
 
     from torchneuron.compile import stats
 
     report = {
-        "benchmark": "small-GPT training step (forward, backward, AdamW)",
-        "config": vars(a) | {"params": sum(p.numel() for p in configs[0].model.parameters())},
+        "benchmark": "small-GPT training step (forward, backward, AdamW), steps/s (best round)",
+        "args": vars(a),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": sys.version.split()[0], "torch": torch.__version__},
-        "results": res,
-        "ratios": ratios,
+                    "python": sys.version.split()[0], "torch": torch.__version__,
+                    "torch_threads": torch.get_num_threads(),
+                    "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        "sizes": runs,
         "neuron_compile_stats": stats(),
     }
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(report, f, indent=2)
     png = a.png or os.path.splitext(a.out)[0] + ".png"
-    _chart(res, ratios, a, png)
-    print(f"\nwrote {a.out} and {png}")
+    _chart(runs, png)
+    print(f"wrote {a.out} and {png}")
     return 0
 
 
-def _chart(res, ratios, a, path):
+def _chart(runs, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(res)
-    sps = [res[n]["steps_per_s"] for n in names]
-    comp = [res[n]["compile_s"] for n in names]
     colors = {"neuron eager": "#9ecae1", "neuron compiled": "#08519c",
               "cpu eager": "#fdae6b", "cpu inductor": "#d94801"}
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    bars = ax1.bar(names, sps, color=[colors.get(n, "grey") for n in names])
-    for b, v in zip(bars, sps):
-        ax1.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom")
-    ax1.set_ylabel("training steps / s (higher is better)")
-    ax1.set_title(f"small GPT ({a.layers}L, d={a.width}, T={a.seq}, B={a.batch})")
-    ax1.tick_params(axis="x", rotation=15)
-    bars = ax2.bar(names, comp, color=[colors.get(n, "grey") for n in names])
-    for b, v in zip(bars, comp):
-        ax2.text(b.get_x() + b.get_width() / 2, v, f"{v:.1f}", ha="center", va="bottom")
-    ax2.set_ylabel("first two steps beyond steady state (s)")
-    ax2.set_title("compile / warm-up time")
-    ax2.tick_params(axis="x", rotation=15)
-    txt = "   ".join(f"{k}: {v:.2f}x" for k, v in ratios.items() if "first" not in k)
-    fig.text(0.5, 0.005, txt, ha="center", fontsize=8)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig, axes = plt.subplots(len(runs), 2, figsize=(11, 4.2 * len(runs)), squeeze=False)
+    for row, (label, run) in zip(axes, runs.items()):
+        res, size = run["results"], run["size"]
+        names = list(res)
+        for ax, key, ylabel in ((row[0], "steps_per_s", "training steps / s (higher is better)"),
+                                (row[1], "compile_s", "first two steps beyond steady state (s)")):
+            vals = [res[n][key] for n in names]
+            bars = ax.bar(names, vals, color=[colors.get(n, "grey") for n in names])
+            for b, v in zip(bars, vals):
+                ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}" if key == "steps_per_s"
+                        else f"{v:.0f}", ha="center", va="bottom")
+            ax.set_ylabel(ylabel)
+            ax.tick_params(axis="x", rotation=15)
+        row[0].set_title(f"{label}: {size['layers']}L d={size['width']} T={size['seq']} "
+                         f"B={size['batch']} ({size['params'] / 1e6:.2f}M params)")
+        row[1].set_title("compile / warm-up time")
+        txt = "   ".join(f"{k}: {v:.2f}x" for k, v in run["ratios"].items() if "first" not in k)
+        row[0].text(0.0, -0.3, txt, transform=row[0].transAxes, fontsize=7)
+    fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
