@@ -171,3 +171,144 @@ def test_dtype_mismatch_errors(fn, shapes):
     # the device raises too (a PyTorch wording: CPU's, or the meta kernel's)
     msg = str(dev_err.value)
     assert "dtype" in msg or "scalar type" in msg, msg
+
+
+# ---------------------------------------------------------------- dense linear algebra
+def _spd(n, batch=(), dtype=torch.float64):
+    a = torch.randn(*batch, n, n, dtype=dtype)
+    return a @ a.mH + n * torch.eye(n, dtype=dtype)
+
+
+def _eye(n, like):
+    return torch.eye(n, dtype=like.dtype, device=like.device)
+
+
+def _svd_recon(a):
+    u, s, vh = torch.linalg.svd(a, full_matrices=False)
+    return u @ torch.diag_embed(s).to(u.dtype) @ vh
+
+
+def _eigh_recon(a):
+    w, v = torch.linalg.eigh(a)
+    return (v * w[..., None, :].to(v.dtype)) @ v.mH
+
+
+# (id, fn, arg factories); sign-ambiguous factorizations are checked through invariants
+LINALG = [
+    ("solve", lambda A, B: torch.linalg.solve(A, B), [(3, 4, 4), (3, 4, 2)]),
+    ("solve_vec", lambda A, b: torch.linalg.solve(A, b), [(3, 4, 4), (3, 4)]),
+    ("solve_bcast", lambda A, B: torch.linalg.solve(A, B), [(4, 4), (2, 4, 3)]),
+    ("solve_right", lambda A, B: torch.linalg.solve(A, B, left=False), [(3, 4, 4), (3, 2, 4)]),
+    ("inv", torch.linalg.inv, [(3, 4, 4)]),
+    ("inv_ex", torch.linalg.inv_ex, [(4, 4)]),
+    ("det", torch.linalg.det, [(3, 4, 4)]),
+    ("det_2d", torch.linalg.det, [(5, 5)]),
+    ("slogdet", torch.linalg.slogdet, [(3, 4, 4)]),
+    ("logdet", torch.logdet, [("spd", 4, (2,))]),
+    ("cholesky", torch.linalg.cholesky, [("spd", 4, (2,))]),
+    ("cholesky_upper", lambda a: torch.linalg.cholesky(a, upper=True), [("spd", 4, ())]),
+    ("cholesky_ex", torch.linalg.cholesky_ex, [("spd", 3, (2,))]),
+    ("cholesky_solve", lambda L, B: torch.cholesky_solve(B, L), [("chol", 4, (3,)), (3, 4, 2)]),
+    ("cholesky_solve_upper", lambda L, B: torch.cholesky_solve(B, L.mH, upper=True), [("chol", 4, ()), (4, 2)]),
+    ("cholesky_inverse", torch.cholesky_inverse, [("chol", 4, ())]),
+    ("qr", torch.linalg.qr, [(2, 5, 3)]),
+    ("qr_wide", torch.linalg.qr, [(3, 5)]),
+    ("qr_complete", lambda a: torch.linalg.qr(a, mode="complete"), [(5, 3)]),
+    ("qr_r", lambda a: torch.linalg.qr(a, mode="r")[1], [(5, 3)]),
+    ("svdvals", torch.linalg.svdvals, [(2, 5, 3)]),
+    ("svd_recon", _svd_recon, [(2, 5, 3)]),
+    ("svd_abs_u", lambda a: torch.linalg.svd(a, full_matrices=False)[0].abs(), [(4, 3)]),
+    ("eigvalsh", torch.linalg.eigvalsh, [("spd", 4, (2,))]),
+    ("eigvalsh_upper", lambda a: torch.linalg.eigvalsh(a, UPLO="U"), [("spd", 4, ())]),
+    ("eigh_recon", _eigh_recon, [("spd", 4, (2,))]),
+    ("lu_factor", torch.linalg.lu_factor, [(3, 4, 4)]),
+    ("lu", torch.linalg.lu, [(3, 4, 4)]),
+    ("lu_tall", torch.linalg.lu, [(5, 3)]),
+    ("lu_wide", torch.linalg.lu, [(3, 5)]),
+    ("lu_unpack", lambda A: torch.lu_unpack(*torch.linalg.lu_factor(A)), [(2, 4, 4)]),
+    ("lu_solve", lambda A, B: torch.linalg.lu_solve(*torch.linalg.lu_factor(A), B), [(3, 4, 4), (3, 4, 2)]),
+    ("lu_solve_adjoint", lambda A, B: torch.linalg.lu_solve(*torch.linalg.lu_factor(A), B, adjoint=True),
+     [(3, 4, 4), (3, 4, 2)]),
+    ("lu_solve_right", lambda A, B: torch.linalg.lu_solve(*torch.linalg.lu_factor(A), B, left=False),
+     [(3, 4, 4), (3, 2, 4)]),
+    ("solve_triangular", lambda A, B: torch.linalg.solve_triangular(A.triu() + 4 * _eye(4, A), B, upper=True),
+     [(3, 4, 4), (3, 4, 2)]),
+    ("solve_triangular_right_unit", lambda A, B: torch.linalg.solve_triangular(A.tril(), B, upper=False, left=False,
+                                                                                unitriangular=True),
+     [(3, 4, 4), (3, 2, 4)]),
+    ("triangular_solve", lambda A, B: torch.triangular_solve(B, A.triu() + 4 * _eye(4, A), upper=True,
+                                                             transpose=True), [(3, 4, 4), (3, 4, 2)]),
+    ("matrix_exp", torch.linalg.matrix_exp, [(3, 4, 4)]),
+    ("matrix_exp_2d", torch.linalg.matrix_exp, [(5, 5)]),
+    ("pinv", torch.linalg.pinv, [(2, 5, 3)]),
+    ("pinv_hermitian", lambda a: torch.linalg.pinv(a, hermitian=True), [("spd", 4, ())]),
+    ("lstsq", lambda a, b: torch.linalg.lstsq(a, b).solution, [(2, 5, 3), (2, 5, 2)]),
+    ("lstsq_full", lambda a, b: torch.linalg.lstsq(a, b), [(3, 5), (3, 2)]),
+    ("matrix_norm_2", lambda a: torch.linalg.matrix_norm(a, 2), [(3, 4, 4)]),
+    ("matrix_norm_nuc", lambda a: torch.linalg.matrix_norm(a, "nuc"), [(3, 4, 5)]),
+    ("cond", torch.linalg.cond, [(3, 4, 4)]),
+    ("matrix_power_neg", lambda a: torch.linalg.matrix_power(a, -2), [(3, 3)]),
+]
+
+
+NOT_DIFFERENTIABLE = {"qr_complete", "qr_r"}  # PyTorch refuses these derivatives
+
+
+def _make(spec, dtype, grad):
+    if isinstance(spec[0], str):
+        kind, n, batch = spec
+        a = _spd(n, batch, dtype)
+        if kind == "chol":
+            a = torch.linalg.cholesky(a)
+        return a.requires_grad_(grad)
+    return torch.randn(spec, dtype=dtype).requires_grad_(grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("name,fn,specs", LINALG, ids=[c[0] for c in LINALG])
+def test_dense_linalg(name, fn, specs, dtype):
+    torch.manual_seed(1)
+    grad = name not in NOT_DIFFERENTIABLE
+    args = [_make(s, dtype, grad) for s in specs]
+    tol = dict(atol=1e-8, rtol=1e-8) if dtype == torch.float64 else dict(atol=2e-3, rtol=2e-3)
+    check(fn, *args, grad=grad, **tol)
+
+
+@pytest.mark.parametrize("name", ["solve", "inv", "slogdet", "cholesky", "qr", "svdvals", "eigvalsh",
+                                  "lu_solve", "matrix_exp"])
+def test_dense_linalg_complex(name):
+    _, fn, specs = next(c for c in LINALG if c[0] == name)
+    torch.manual_seed(1)
+    args = [_make(s, torch.complex128, False) for s in specs]
+    if name == "slogdet":  # compare sign and log|det|; its gradient needs conj views (see limitations)
+        check(fn, *args, atol=1e-8, rtol=1e-8)
+        return
+    check(fn, *args, atol=1e-8, rtol=1e-8)
+
+
+def test_dense_linalg_noncontiguous():
+    A = torch.randn(3, 3, 4, dtype=torch.float64).permute(2, 0, 1).requires_grad_()  # (4, 3, 3)
+    B = torch.randn(2, 3, 3, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    check(lambda A, B: torch.linalg.solve(A[:2], B), A, B, grad=True, atol=1e-8, rtol=1e-8)
+    check(lambda A: torch.linalg.det(A[::2]), A, grad=True, atol=1e-8, rtol=1e-8)
+
+
+def test_dense_linalg_singular_and_errors():
+    S = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=torch.float64)
+    check(torch.linalg.det, S)
+    check(torch.linalg.inv_ex, torch.tensor([[1.0, 2.0], [2.0, 4.0]]), atol=float("inf"))  # info compared
+    check(torch.linalg.lu_factor_ex, S)
+    with pytest.raises(RuntimeError, match="singular"):
+        torch.linalg.inv(S.to("neuron"))
+    with pytest.raises(RuntimeError, match="positive-definite"):
+        torch.linalg.cholesky(torch.tensor([[1.0, 2.0], [2.0, 1.0]], device="neuron"))
+    check(torch.linalg.cholesky_ex, torch.tensor([[1.0, 2.0], [2.0, 1.0]]), atol=float("inf"))
+    with pytest.raises(RuntimeError):
+        torch.linalg.solve(torch.randn(3, 3, device="neuron"), torch.randn(4, 2, device="neuron"))
+
+
+def test_dense_linalg_empty():
+    check(torch.linalg.inv, torch.randn(0, 3, 3))
+    check(torch.linalg.det, torch.randn(2, 0, 0))
+    check(torch.linalg.solve, torch.randn(2, 3, 3), torch.randn(2, 3, 0))
+    check(torch.linalg.cholesky, torch.randn(0, 0))

@@ -804,6 +804,22 @@ def register_lowerings():
                 continue
             if schema(cand).out_args and functional_of(cand) is op:
                 register_kernel(cand, _out_kernel(cand, op))
+    _register_out_via()
+
+
+# out= overloads whose functional op is CompositeImplicitAutograd: computed by
+# the named lowered op instead (e.g. conj_physical.out through _conj_physical)
+OUT_VIA = {"conj_physical.out": "_conj_physical.default"}
+
+
+def _register_out_via():
+    for out_name, func_name in OUT_VIA.items():
+        packet, ov = out_name.split(".")
+        fpacket, fov = func_name.split(".")
+        out_op = getattr(getattr(aten, packet), ov)
+        func_op = getattr(getattr(aten, fpacket), fov)
+        if out_op not in _registered and func_op in LOWERINGS:
+            register_kernel(out_op, _out_kernel(out_op, func_op))
 
 
 def _out_kernel_for_lowered(op, low):

@@ -181,6 +181,7 @@ def silu(x):
     return x * _sigmoid(x)
 
 
+# silu_backward / mish_backward: CPU and CUDA have kernels next to the composite one
 @lower("silu_backward.default")
 def silu_backward(grad_output, self):
     g, x = _up(grad_output, self)

@@ -37,6 +37,12 @@ def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.zeros(_shape(), out_dtype())
 
 
+@lower("_efficientzerotensor.default")
+def efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # autograd's zero gradients (e.g. sgn's backward on real inputs): plain zeros here
+    return jnp.zeros(_shape(), out_dtype())
+
+
 @lower("ones.default")
 def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.ones(_shape(), out_dtype())

@@ -1,43 +1,214 @@
-"""Elementwise math, comparisons, logical and bitwise ops, where, clamp."""
+"""Elementwise math, comparisons, logical and bitwise ops, where, clamp, special functions.
+
+The result dtype comes from PyTorch's meta kernel (``out_dtype()``); casting the
+operands to it reproduces PyTorch's type promotion, including wrapped-number
+scalars.  Half-precision values (float16 / bfloat16) are computed in float32
+and rounded once, as PyTorch's kernels do (their "opmath" type), wherever an op
+is more than one rounding step.
+"""
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 from jax import lax
 
-from ..lowering import cast, is_float, lower, out_dtype
+import torch
 
-# The result dtype comes from PyTorch's meta kernel (out_dtype()); computing in
-# it reproduces PyTorch's type promotion, including wrapped-number scalars.
+from ..lowering import cast, is_float, out_dtype, resolve
+from ..lowering import lower as _lower_plain
+
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+
+# ---------------------------------------------------------------- dtype support
+# PyTorch's kernels reject some dtypes (``"frac_cpu" not implemented for 'Long'``)
+# after the meta kernel has accepted them.  At trace time (once per executable)
+# each lowering runs PyTorch's own kernel on empty CPU tensors of the same
+# dtypes and re-raises its NotImplementedError; no data is involved.
+_TORCH_DT = {jnp.dtype(k): v for k, v in {
+    jnp.float32: torch.float32, jnp.float64: torch.float64, jnp.float16: torch.float16,
+    jnp.bfloat16: torch.bfloat16, jnp.int64: torch.int64, jnp.int32: torch.int32,
+    jnp.int16: torch.int16, jnp.int8: torch.int8, jnp.uint8: torch.uint8, jnp.bool_: torch.bool,
+    jnp.complex64: torch.complex64, jnp.complex128: torch.complex128,
+    jnp.uint16: torch.uint16, jnp.uint32: torch.uint32, jnp.uint64: torch.uint64}.items()}
+_probe_cache: dict = {}
 
 
-def _compute(*xs):
-    dt = out_dtype()
+def _probe_arg(v, scalar=False):
+    if isinstance(v, (list, tuple)):
+        return type(v)(_probe_arg(x) for x in v)
+    if not hasattr(v, "dtype") or not hasattr(v, "shape"):
+        return v
+    dt = jnp.dtype(v.dtype)
+    tdt = _TORCH_DT.get(dt)
+    if tdt is None:
+        raise _NoProbe
+    if (scalar or getattr(v, "weak_type", False)) and v.ndim == 0:  # a Python number
+        return (True if dt == jnp.bool_ else 1 if jnp.issubdtype(dt, jnp.integer) else
+                1j if jnp.issubdtype(dt, jnp.complexfloating) else 1.0)
+    return torch.ones((), dtype=tdt) if v.ndim == 0 else torch.empty((0,) * v.ndim, dtype=tdt)
+
+
+class _NoProbe(Exception):
+    pass
+
+
+def _tensor_slots(op):
+    slots = _slot_cache.get(op)
+    if slots is None:
+        slots = _slot_cache[op] = {a.name: i for i, a in enumerate(op._schema.arguments)
+                                   if isinstance(a.type, torch.TensorType)}
+    return slots
+
+
+_slot_cache: dict = {}
+
+
+def _as_tensor_slot(v):
+    # a wrapped number in a Tensor argument: a 0-d tensor of its kind
+    return torch.tensor(v) if isinstance(v, (bool, int, float, complex)) else v
+
+
+def _probe(op, args, kwargs):
+    slots = _tensor_slots(op)
+    idx = set(slots.values())
+    try:
+        pargs = [_probe_arg(a, i not in idx) for i, a in enumerate(args)]
+        pkw = {k: _probe_arg(v, k not in slots) for k, v in kwargs.items()}
+    except _NoProbe:
+        return
+    pargs = [_as_tensor_slot(a) if i in idx else a for i, a in enumerate(pargs)]
+    pkw = {k: _as_tensor_slot(v) if k in slots else v for k, v in pkw.items()}
+    key = (op, tuple(_probe_sig(a) for a in pargs), tuple((k, _probe_sig(v)) for k, v in pkw.items()))
+    err = _probe_cache.get(key, 0)
+    if err == 0:
+        err = None
+        try:
+            op(*pargs, **pkw)
+        except NotImplementedError as e:
+            err = (NotImplementedError, str(e).split("\n")[0])
+        except RuntimeError as e:
+            # a type rule, unless a value is at fault: retry with only empty tensors
+            if _runtime_error_without_values(op, pargs, pkw):
+                err = (RuntimeError, str(e).split("\n")[0])
+        except Exception:  # noqa: BLE001  (values matter there: not a dtype question)
+            pass
+        _probe_cache[key] = err
+    if err is not None:
+        raise err[0](err[1])
+
+
+def _runtime_error_without_values(op, pargs, pkw):
+    def empty(v):
+        if isinstance(v, torch.Tensor) and v.dim() == 0:
+            return torch.empty((0,), dtype=v.dtype)
+        return v
+
+    try:
+        op(*[empty(a) for a in pargs], **{k: empty(v) for k, v in pkw.items()})
+    except RuntimeError:
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+    return False
+
+
+def _probe_sig(v):
+    if isinstance(v, torch.Tensor):
+        return (v.dtype, v.dim())
+    if isinstance(v, (list, tuple)):
+        return tuple(_probe_sig(x) for x in v)
+    return type(v) if isinstance(v, (bool, int, float, complex)) else v
+
+
+def lower(*names, static=()):
+    """`lowering.lower`, with PyTorch's dtype support checked at trace time."""
+
+    def deco(fn):
+        for n in names:
+            try:
+                op = resolve(n)
+            except AttributeError:
+                continue
+            if _composite_only(op):
+                continue
+            _lower_plain(n, static=static)(_probed(op, fn))
+        return fn
+
+    return deco
+
+
+def _composite_only(op):
+    """A CompositeImplicitAutograd op without a CPU kernel of its own: a backend kernel
+    would hide its decomposition from autograd (no gradient), so it is not lowered."""
+    name = op.name()
+    return (torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"))
+
+
+def _probed(op, fn):
+    def wrapped(*args, **kwargs):
+        _probe(op, args, kwargs)
+        return fn(*args, **kwargs)
+
+    wrapped.__name__ = getattr(fn, "__name__", "lowering")
+    return wrapped
+
+
+def _compute(*xs, dt=None):
+    """The operands cast to the result dtype."""
+    dt = out_dtype() if dt is None else dt
     return [cast(jnp.asarray(x), dt) for x in xs]
+
+
+def _opmath(*xs):
+    """Half-precision values in float32 (PyTorch computes halves in float, rounds once)."""
+    return [x.astype(jnp.float32) if x.dtype in _HALF else x for x in xs]
+
+
+def _cm(*xs):
+    """Operands in the result dtype, then in its compute type."""
+    return _opmath(*_compute(*xs))
 
 
 def _cmp_dtype(a, b):
     """The dtype PyTorch compares in: the promoted type of the operands."""
-    a = jnp.asarray(a)
-    b = jnp.asarray(b)
-    return jnp.result_type(a, b)
+    return jnp.result_type(jnp.asarray(a), jnp.asarray(b))
+
+
+def _is_int(dt):
+    return jnp.issubdtype(dt, jnp.integer)
+
+
+def _is_complex(dt):
+    return jnp.issubdtype(dt, jnp.complexfloating)
+
+
+def _is_one(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == 1
 
 
 # ---------------------------------------------------------------- arithmetic
 @lower("add.Tensor", "add.Scalar")
 def add(x, y, alpha=1):
-    x, y = _compute(x, y)
-    if not (isinstance(alpha, (int, float)) and alpha == 1):
-        y = y * cast(jnp.asarray(alpha), y.dtype)
-    return x + y if x.dtype != jnp.bool_ else x | y
+    if _is_one(alpha):
+        x, y = _compute(x, y)
+        return x + y if x.dtype != jnp.bool_ else x | y
+    x, y = _cm(x, y)
+    if x.dtype == jnp.bool_:
+        return x | (y & cast(jnp.asarray(alpha), jnp.bool_))
+    return x + y * cast(jnp.asarray(alpha), y.dtype)
 
 
 @lower("sub.Tensor", "sub.Scalar")
 def sub(x, y, alpha=1):
-    x, y = _compute(x, y)
-    if not (isinstance(alpha, (int, float)) and alpha == 1):
-        y = y * cast(jnp.asarray(alpha), y.dtype)
-    return x - y
+    if _is_one(alpha):
+        x, y = _compute(x, y)
+        return x - y
+    x, y = _cm(x, y)
+    return x - y * cast(jnp.asarray(alpha), y.dtype)
 
 
 @lower("rsub.Tensor", "rsub.Scalar")
@@ -57,28 +228,44 @@ def div(x, y):
     return x / y
 
 
+def _div_floor_float(x, y):
+    # PyTorch's div_floor_floating, elementwise
+    q = x / y
+    mod = jnp.fmod(x, y)
+    d = (x - mod) / y
+    d = jnp.where((mod != 0) & ((y < 0) != (mod < 0)), d - 1, d)
+    fl = jnp.floor(d)
+    fl = jnp.where(d - fl > 0.5, fl + 1, fl)
+    res = jnp.where(d == 0, jnp.copysign(jnp.zeros_like(q), q), fl)
+    return jnp.where(y == 0, q, res)
+
+
+def _div_floor_int(x, y):
+    # truncating division, minus one where the signs differ and it is inexact
+    # (division by zero gives what XLA gives; PyTorch's CPU raises ZeroDivisionError)
+    safe = jnp.where(y == 0, jnp.ones_like(y), y)
+    q = lax.div(x, safe)
+    r = lax.rem(x, safe)
+    q = jnp.where((r != 0) & ((r < 0) != (safe < 0)), q - 1, q)
+    return jnp.where(y == 0, lax.div(x, y), q)
+
+
 @lower("div.Tensor_mode", "div.Scalar_mode")
 def div_mode(x, y, *, rounding_mode=None):
     dt = out_dtype()
-    x, y = jnp.asarray(x), jnp.asarray(y)
+    x, y = jnp.broadcast_arrays(*_compute(x, y, dt=dt))
     if rounding_mode is None:
-        return cast(x, dt) / cast(y, dt)
-    x, y = cast(x, dt), cast(y, dt)
-    if jnp.issubdtype(dt, jnp.integer):
+        return x / y
+    if _is_int(dt):
         if rounding_mode == "trunc":
-            q = lax.div(x, y)
-            return q
-        return jnp.floor_divide(x, y)
-    q = x / y
+            return lax.div(x, y)
+        return _div_floor_int(x, y)
+    if dt == jnp.bool_:
+        return x
+    x, y = _opmath(x, y)
     if rounding_mode == "trunc":
-        return jnp.trunc(q)
-    # floor: PyTorch computes floor((x - fmod(x, y)) / y) with sign fix-ups
-    mod = jnp.fmod(x, y)
-    div_ = (x - mod) / y
-    div_ = jnp.where((mod != 0) & ((y < 0) != (mod < 0)), div_ - 1, div_)
-    fl = jnp.floor(div_)
-    fl = jnp.where(div_ - fl > 0.5, fl + 1, fl)
-    return jnp.where(div_ == 0, jnp.copysign(jnp.zeros_like(q), q), jnp.where(y == 0, q, fl))
+        return jnp.trunc(x / y)
+    return _div_floor_float(x, y)
 
 
 @lower("floor_divide.default", "floor_divide.Scalar")
@@ -88,17 +275,18 @@ def floor_divide(x, y):
 
 @lower("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor")
 def remainder(x, y):
-    x, y = _compute(x, y)
-    if jnp.issubdtype(x.dtype, jnp.integer):
-        return jnp.remainder(x, y)
+    x, y = jnp.broadcast_arrays(*_cm(x, y))
+    if _is_int(x.dtype):
+        r = lax.rem(x, y)
+        return jnp.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
     r = jnp.fmod(x, y)
     return jnp.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
 
 
 @lower("fmod.Tensor", "fmod.Scalar")
 def fmod(x, y):
-    x, y = _compute(x, y)
-    if jnp.issubdtype(x.dtype, jnp.integer):
+    x, y = jnp.broadcast_arrays(*_cm(x, y))
+    if _is_int(x.dtype):
         return lax.rem(x, y)
     return jnp.fmod(x, y)
 
@@ -106,6 +294,36 @@ def fmod(x, y):
 @lower("neg.default")
 def neg(x):
     return -x
+
+
+def _ipow(a, b):
+    """Integer power like PyTorch's powi: negative exponents give 1, -1 or 0."""
+    a, b = jnp.broadcast_arrays(a, b)
+    if a.dtype == jnp.bool_:
+        return a | ~b
+    bits = jnp.iinfo(a.dtype).bits
+    signed = jnp.issubdtype(a.dtype, jnp.signedinteger)
+    e = jnp.where(b < 0, jnp.zeros_like(b), b) if signed else b
+    res = jnp.ones_like(a)
+    base = a
+    for _ in range(bits):
+        res = jnp.where((e & 1) == 1, res * base, res)
+        base = base * base
+        e = lax.shift_right_logical(e, jnp.ones_like(e))
+    if not signed:
+        return res
+    odd = (b & 1) == 1
+    neg_res = jnp.where(a == 1, jnp.ones_like(a),
+                        jnp.where(a == -1, jnp.where(odd, -jnp.ones_like(a), jnp.ones_like(a)),
+                                  jnp.zeros_like(a)))
+    return jnp.where(b < 0, neg_res, res)
+
+
+def _pow(x, y):
+    if _is_int(x.dtype) or x.dtype == jnp.bool_:
+        return _ipow(x, y)
+    x, y = _opmath(x, y)
+    return jnp.power(x, y)
 
 
 @lower("pow.Tensor_Tensor")
@@ -118,32 +336,42 @@ def pow_tt(x, y):
 def pow_ts(x, exponent):
     dt = out_dtype()
     x = cast(x, dt)
-    if isinstance(exponent, bool):
-        exponent = int(exponent)
-    if isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 64:
-        if exponent >= 0 or is_float(dt):
-            return lax.integer_pow(x, exponent) if exponent != 0 else jnp.ones_like(x)
-    if isinstance(exponent, float) and exponent == 0.5 and is_float(dt) and not jnp.issubdtype(dt, jnp.complexfloating):
-        return jnp.sqrt(x)
-    return _pow(x, cast(jnp.asarray(exponent), dt))
+    e = exponent
+    if isinstance(e, bool):
+        e = int(e)
+    if _is_int(dt) or dt == jnp.bool_:
+        if isinstance(e, int) and e < 0 and dt != jnp.bool_:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        if isinstance(e, int) and 0 <= e <= 64:
+            return lax.integer_pow(x, e) if e != 0 else jnp.ones_like(x)
+        return _pow(x, cast(jnp.asarray(e), dt))
+    (x,) = _opmath(x)
+    # PyTorch's special cases (exact products / sqrt / rsqrt / reciprocal)
+    if isinstance(e, (int, float)) and not isinstance(e, complex):
+        if e == 0:
+            return jnp.ones_like(x)
+        if e == 1:
+            return x
+        if e in (2, 3, -1, -2):
+            return lax.integer_pow(x, int(e))
+        # (float16: CPU calls std::pow there, no sqrt shortcut; bfloat16 takes it)
+        if e == 0.5 and not _is_complex(x.dtype) and dt != jnp.float16:
+            return jnp.sqrt(x)
+        if e == -0.5 and not _is_complex(x.dtype) and dt != jnp.float16:
+            return lax.rsqrt(x)
+    return jnp.power(x, cast(jnp.asarray(e), x.dtype))
 
 
-@lower("pow.Scalar", static=("self",))
+@lower("pow.Scalar")
 def pow_st(self, exponent):
     dt = out_dtype()
     return _pow(cast(jnp.asarray(self), dt), cast(exponent, dt))
 
 
-def _pow(x, y):
-    if jnp.issubdtype(x.dtype, jnp.integer):
-        return jnp.power(x, y)
-    return lax.pow(x, y)
-
-
 @lower("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar")
 def float_power(x, y):
     x, y = _compute(x, y)
-    return lax.pow(x, y)
+    return jnp.power(x, y)
 
 
 @lower("reciprocal.default")
@@ -163,9 +391,11 @@ def abs_(x):
 def sign(x):
     if x.dtype == jnp.bool_:
         return x
-    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+    if _is_complex(x.dtype):
         a = jnp.abs(x)
         return jnp.where(a == 0, jnp.zeros_like(x), x / jnp.where(a == 0, 1, a).astype(x.dtype))
+    if is_float(x.dtype):  # (0 < x) - (x < 0): NaN gives 0
+        return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
     return jnp.sign(x)
 
 
@@ -184,32 +414,70 @@ def copysign(x, y):
 
 @lower("lerp.Scalar", "lerp.Tensor")
 def lerp(x, end, weight):
-    dt = out_dtype()
-    x, end, weight = cast(x, dt), cast(jnp.asarray(end), dt), cast(jnp.asarray(weight), dt)
+    x, end, weight = _cm(x, end, weight)
     diff = end - x
     return jnp.where(jnp.abs(weight) < 0.5, x + weight * diff, end - diff * (1 - weight))
 
 
 @lower("addcmul.default")
 def addcmul(x, t1, t2, *, value=1):
-    x, t1, t2 = _compute(x, t1, t2)
+    x, t1, t2 = _cm(x, t1, t2)
+    if x.dtype == jnp.bool_:
+        return x | (t1 & t2 & cast(jnp.asarray(value), jnp.bool_))
     return x + cast(jnp.asarray(value), x.dtype) * t1 * t2
 
 
 @lower("addcdiv.default")
 def addcdiv(x, t1, t2, *, value=1):
-    x, t1, t2 = _compute(x, t1, t2)
+    x, t1, t2 = _cm(x, t1, t2)
     return x + cast(jnp.asarray(value), x.dtype) * (t1 / t2)
+
+
+@lower("square.default")
+def square(x):
+    (x,) = _compute(x)
+    return x * x if x.dtype != jnp.bool_ else x
 
 
 # ---------------------------------------------------------------- unary float math
 def _unary(name, f):
     @lower(name)
     def fn(x):
-        (x,) = _compute(x)
+        (x,) = _cm(x)
         return f(x)
 
     return fn
+
+
+def _digamma(x):
+    # PyTorch: digamma(+-0) = -+inf, negative integers give NaN
+    d = jsp.digamma(x)
+    return jnp.where(x == 0, jnp.copysign(jnp.full_like(x, jnp.inf), -x), d)
+
+
+def _trigamma(x):
+    # PyTorch's trigamma (reflection for x < 0.5, recurrence, asymptotic series)
+    sign = jnp.where(x < 0.5, -1.0, 1.0).astype(x.dtype)
+    s = jnp.sin(jnp.pi * x)
+    result = jnp.where(x < 0.5, -(jnp.pi * jnp.pi) / (s * s), 0).astype(x.dtype)
+    xx = jnp.where(x < 0.5, 1 - x, x)
+    for _ in range(6):
+        result = result + 1 / (xx * xx)
+        xx = xx + 1
+    ixx2 = 1 / (xx * xx)
+    result = result + (1 + 1 / (2 * xx) + ixx2 * (1.0 / 6 - ixx2 * (1.0 / 30 - ixx2 * (1.0 / 42)))) / xx
+    return sign * result
+
+
+def _entr(x):
+    return jnp.where(jnp.isnan(x), x, jnp.where(x > 0, -x * jnp.log(jnp.where(x > 0, x, 1)),
+                                                 jnp.where(x == 0, 0, -jnp.inf))).astype(x.dtype)
+
+
+def _sinc(x):
+    # sin(pi x) / (pi x), computed as PyTorch does (in the compute type)
+    px = x * jnp.pi
+    return jnp.where(x == 0, jnp.ones_like(x), jnp.sin(px) / jnp.where(x == 0, 1, px))
 
 
 for _n, _f in {
@@ -220,19 +488,55 @@ for _n, _f in {
     "asin.default": jnp.arcsin, "acos.default": jnp.arccos, "atan.default": jnp.arctan,
     "sinh.default": jnp.sinh, "cosh.default": jnp.cosh, "tanh.default": jnp.tanh,
     "asinh.default": jnp.arcsinh, "acosh.default": jnp.arccosh, "atanh.default": jnp.arctanh,
-    "erf.default": jax.scipy.special.erf, "erfc.default": jax.scipy.special.erfc,
-    "erfinv.default": jax.scipy.special.erfinv, "lgamma.default": jax.scipy.special.gammaln,
-    "digamma.default": jax.scipy.special.digamma, "sigmoid.default": jax.nn.sigmoid,
-    "sinc.default": jnp.sinc, "deg2rad.default": jnp.deg2rad, "rad2deg.default": jnp.rad2deg,
-    "i0.default": jax.scipy.special.i0,
+    "erf.default": jsp.erf, "erfc.default": jsp.erfc, "special_erfcx.default": jsp.erfcx,
+    "erfinv.default": jsp.erfinv, "lgamma.default": jsp.gammaln,
+    "digamma.default": _digamma,
+    "sinc.default": _sinc, "deg2rad.default": jnp.deg2rad, "rad2deg.default": jnp.rad2deg,
+    "i0.default": jsp.i0, "special_i0e.default": jsp.i0e, "special_i1.default": jsp.i1,
+    "special_i1e.default": jsp.i1e, "special_ndtri.default": jsp.ndtri,
+    "special_log_ndtr.default": jsp.log_ndtr, "special_ndtr.default": jsp.ndtr,
+    "special_entr.default": _entr,
 }.items():
     _unary(_n, _f)
 
 
-@lower("square.default")
-def square(x):
-    (x,) = _compute(x)
-    return x * x
+@lower("sigmoid.default")
+def sigmoid(x):
+    (x,) = _cm(x)
+    if _is_complex(x.dtype):
+        return 1 / (1 + jnp.exp(-x))
+    return jax.nn.sigmoid(x)
+
+
+@lower("polygamma.default", static=("n",))
+def polygamma(n, x):
+    (x,) = _cm(x)
+    if n == 0:
+        return _digamma(x)
+    if n == 1:
+        return _trigamma(x)
+    sign = 1.0 if n % 2 else -1.0
+    return sign * math.factorial(n) * _zeta(jnp.asarray(n + 1.0, x.dtype), x)
+
+
+@lower("mvlgamma.default", static=("p",))
+def mvlgamma(x, p):
+    if p < 1:
+        raise RuntimeError("p has to be greater than or equal to 1")
+    (x,) = _cm(x)
+    # PyTorch checks `all(x > (p-1)/2)` on the host; that needs a sync, so
+    # out-of-domain inputs give NaN/inf here instead of an error
+    offs = jnp.asarray([-(p - 1) / 2 + i / 2 for i in range(p)], x.dtype)
+    s = jnp.sum(jsp.gammaln(x[..., None] + offs), axis=-1)
+    return s + jnp.asarray(p * (p - 1) * math.log(math.pi) / 4, x.dtype)
+
+
+@lower("logit.default", static=("eps",))
+def logit(x, eps=None):
+    (x,) = _cm(x)
+    if eps is not None:
+        x = jnp.where(x < eps, eps, jnp.where(x > 1 - eps, 1 - eps, x)).astype(x.dtype)
+    return jnp.log(x / (1 - x))
 
 
 def _int_passthrough(name, f):
@@ -252,8 +556,13 @@ for _n, _f in {"floor.default": jnp.floor, "ceil.default": jnp.ceil, "trunc.defa
 
 @lower("round.decimals", static=("decimals",))
 def round_decimals(x, *, decimals=0):
-    ten = jnp.asarray(10.0, x.dtype) ** decimals
-    return jnp.round(x * ten) / ten if decimals >= 0 else jnp.round(x / (1 / ten)) * (1 / ten)
+    if not is_float(x.dtype):
+        return x
+    (x,) = _opmath(x)
+    ten = jnp.asarray(10.0 ** abs(decimals), x.dtype)
+    if decimals < 0:
+        return jnp.round(x / ten) * ten
+    return jnp.round(x * ten) / ten
 
 
 @lower("frac.default")
@@ -263,32 +572,105 @@ def frac(x):
 
 @lower("atan2.default")
 def atan2(x, y):
-    x, y = _compute(x, y)
+    x, y = _cm(x, y)
     return jnp.arctan2(x, y)
 
 
 @lower("hypot.default")
 def hypot(x, y):
-    x, y = _compute(x, y)
+    x, y = _cm(x, y)
     return jnp.hypot(x, y)
+
+
+def _logaddexp_complex(x, y):
+    # PyTorch's _log_add_exp_helper: order by real part, NaN and infinity cases
+    xr, yr = x.real, y.real
+    x_min = jnp.where(jnp.isnan(xr) | jnp.isnan(yr), jnp.isnan(xr), xr < yr)
+    mn = jnp.where(x_min, x, y)
+    mx = jnp.where(x_min, y, x)
+    mnr, mxr = mn.real, mx.real
+    nan = jnp.full_like(x, complex(jnp.nan, jnp.nan))
+    general = jnp.log1p(jnp.exp(mn - mx)) + mx
+    inf_case = jnp.where(mnr < 0, mn, jnp.log(jnp.exp(mn) + jnp.exp(mx)))
+    r = jnp.where(~jnp.isfinite(mnr) & (mnr == mxr), inf_case, general)
+    return jnp.where(jnp.isnan(mnr) | jnp.isnan(mn.imag), nan, r)
 
 
 @lower("logaddexp.default")
 def logaddexp(x, y):
-    x, y = _compute(x, y)
+    x, y = _cm(x, y)
+    if _is_complex(x.dtype):
+        return _logaddexp_complex(x, y)
     return jnp.logaddexp(x, y)
 
 
 @lower("logaddexp2.default")
 def logaddexp2(x, y):
-    x, y = _compute(x, y)
+    x, y = _cm(x, y)
     return jnp.logaddexp2(x, y)
 
 
 @lower("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other")
 def xlogy(x, y):
-    x, y = _compute(x, y)
+    x, y = _cm(x, y)
     return jnp.where(jnp.isnan(y), jnp.nan, jnp.where(x == 0, 0, x * jnp.log(y))).astype(x.dtype)
+
+
+@lower("special_xlog1py.default", "special_xlog1py.self_scalar", "special_xlog1py.other_scalar")
+def xlog1py(x, y):
+    x, y = _cm(x, y)
+    return jnp.where(jnp.isnan(y), jnp.nan, jnp.where(x == 0, 0, x * jnp.log1p(y))).astype(x.dtype)
+
+
+@lower("special_zeta.default", "special_zeta.self_scalar", "special_zeta.other_scalar")
+def zeta(x, q):
+    x, q = _cm(x, q)
+    return _zeta(x, q)
+
+
+def _zeta(x, q):
+    """Hurwitz zeta with PyTorch's (Cephes') edge cases."""
+    x, q = jnp.broadcast_arrays(x, q)
+    z = jsp.zeta(x, q)
+    inf = jnp.full_like(z, jnp.inf)
+    nan = jnp.full_like(z, jnp.nan)
+    qneg = q <= 0
+    z = jnp.where(qneg & (x != jnp.floor(x)), nan, z)
+    z = jnp.where(qneg & (q == jnp.floor(q)), inf, z)
+    # x = +inf: Cephes' series gives inf (q < 1), 1 (q == 1) or NaN (q > 1: 0 * inf)
+    z = jnp.where((x == jnp.inf) & ~jnp.isnan(q),
+                  jnp.where(q > 1, jnp.nan, jnp.where(q == 1, 1, jnp.inf)).astype(z.dtype), z)
+    z = jnp.where(x < 1, nan, z)
+    return jnp.where(x == 1, inf, z)
+
+
+def _igamma_edges(a, x, val, upper):
+    nan = jnp.full_like(val, jnp.nan)
+    one, zero = jnp.ones_like(val), jnp.zeros_like(val)
+    lo, hi = (one, zero) if upper else (zero, one)
+    r = jnp.where(jnp.isinf(x), hi, val)
+    r = jnp.where(jnp.isinf(a), jnp.where(jnp.isinf(x), nan, lo), r)
+    r = jnp.where(x == 0, lo, r)
+    r = jnp.where(a == 0, jnp.where(x > 0, hi, nan), r)
+    return jnp.where((x < 0) | (a < 0), nan, r)
+
+
+@lower("igamma.default")
+def igamma(a, x):
+    a, x = _cm(a, x)
+    return _igamma_edges(a, x, jsp.gammainc(a, x), upper=False)
+
+
+@lower("igammac.default")
+def igammac(a, x):
+    a, x = _cm(a, x)
+    return _igamma_edges(a, x, jsp.gammaincc(a, x), upper=True)
+
+
+@lower("nextafter.default")
+def nextafter(x, y):
+    x, y = _compute(x, y)
+    return jnp.nextafter(x, y)
 
 
 @lower("nan_to_num.default")
@@ -298,30 +680,86 @@ def nan_to_num(x, nan=None, posinf=None, neginf=None):
     return jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
 
 
-@lower("logit.default", static=("eps",))
-def logit(x, eps=None):
-    (x,) = _compute(x)
-    if eps is not None:
-        x = jnp.clip(x, eps, 1 - eps)
-    return jnp.log(x / (1 - x))
-
-
 @lower("heaviside.default")
 def heaviside(x, values):
-    return jnp.where(x == 0, values, (x > 0).astype(x.dtype)).astype(out_dtype())
+    x, values = _compute(x, values)
+    return jnp.where(x == 0, values, (x > 0).astype(x.dtype))
 
 
-@lower("conj_physical.default")
+# conj_physical itself is CompositeImplicitAutograd (-> _conj_physical for complex)
+@lower("_conj_physical.default", "conj_physical_.default")
 def conj_physical(x):
-    return jnp.conj(x) if jnp.issubdtype(x.dtype, jnp.complexfloating) else x
+    return jnp.conj(x) if _is_complex(x.dtype) else x
 
 
 @lower("angle.default")
 def angle(x):
-    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+    if _is_complex(x.dtype):
         return jnp.angle(x)
     (x,) = _compute(x)
     return jnp.where(x < 0, jnp.pi, 0).astype(x.dtype) + jnp.where(jnp.isnan(x), x, 0)
+
+
+@lower("complex.default")
+def complex_(real, imag):
+    dt = out_dtype()
+    part = jnp.float64 if dt == jnp.complex128 else jnp.float32
+    return lax.complex(*jnp.broadcast_arrays(cast(real, part), cast(imag, part)))
+
+
+@lower("polar.default")
+def polar(abs, angle):
+    dt = out_dtype()
+    part = jnp.float64 if dt == jnp.complex128 else jnp.float32
+    r, t = jnp.broadcast_arrays(cast(abs, part), cast(angle, part))
+    return lax.complex(r * jnp.cos(t), r * jnp.sin(t))
+
+
+_FREXP_LAYOUT = {  # float dtype -> (uint dtype, mantissa bits, exponent bias)
+    jnp.dtype(jnp.float32): (jnp.uint32, 23, 127),
+    jnp.dtype(jnp.float64): (jnp.uint64, 52, 1023),
+}
+
+
+@lower("frexp.Tensor")
+def frexp(x):
+    dt = x.dtype
+    xf = x.astype(jnp.float32) if dt in _HALF else x
+    udt, mbits, bias = _FREXP_LAYOUT[jnp.dtype(xf.dtype)]
+    nbits = jnp.iinfo(udt).bits
+    # from the bits (XLA:CPU flushes subnormals in arithmetic; PyTorch does not)
+    b = lax.bitcast_convert_type(xf, udt)
+    sign = b & udt(1 << (nbits - 1))
+    ebits = (b >> udt(mbits)) & udt((1 << (nbits - 1 - mbits)) - 1)
+    mant = b & udt((1 << mbits) - 1)
+    emax = (1 << (nbits - 1 - mbits)) - 1
+    # subnormals: normalise the mantissa
+    lz = lax.clz(mant).astype(jnp.int32) - (nbits - mbits)  # leading zeros inside the field
+    sub_shift = (lz + 1).astype(udt)
+    sub_mant = (mant << sub_shift) & udt((1 << mbits) - 1)
+    is_sub = ebits == 0
+    e = jnp.where(is_sub, -bias + 2 - (lz + 1), ebits.astype(jnp.int32) - bias + 1)
+    m = jnp.where(is_sub, sub_mant, mant)
+    mbits_out = sign | (udt(bias - 1) << udt(mbits)) | m
+    mantissa = lax.bitcast_convert_type(mbits_out, xf.dtype)
+    special = (mant == 0) & (ebits == 0) | (ebits == emax)  # zeros (bits: DAZ), inf, nan
+    mantissa = jnp.where(special, xf, mantissa)
+    e = jnp.where(special, 0, e).astype(jnp.int32)
+    return mantissa.astype(dt), e
+
+
+@lower("gcd.default")
+def gcd(x, y):
+    x, y = _compute(x, y)
+    return jnp.gcd(x, y)
+
+
+@lower("lcm.default")
+def lcm(x, y):
+    x, y = _compute(x, y)
+    g = jnp.gcd(x, y)
+    safe = jnp.where(g == 0, jnp.ones_like(g), g)
+    return jnp.where(g == 0, jnp.zeros_like(g), jnp.abs(x // safe * y))
 
 
 # ---------------------------------------------------------------- comparisons
@@ -339,14 +777,17 @@ for _n, _f in {"eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less, "le": jnp.l
     _cmp(f"{_n}.Tensor", _f)
     _cmp(f"{_n}.Scalar", _f)
 
+
+def _binary(f):
+    def fn(x, y):
+        x, y = _compute(x, y)
+        return f(x, y)
+    return fn
+
+
 for _n, _f in {"maximum.default": jnp.maximum, "minimum.default": jnp.minimum,
                "fmax.default": jnp.fmax, "fmin.default": jnp.fmin}.items():
-    def _mk(f):
-        def fn(x, y):
-            x, y = _compute(x, y)
-            return f(x, y)
-        return fn
-    lower(_n)(_mk(_f))
+    lower(_n)(_binary(_f))
 
 
 @lower("isnan.default")
@@ -388,21 +829,29 @@ for _n, _f in {"logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
         return fn
     lower(f"{_n}.default")(_mk(_f))
 
-for _n, _f in {"bitwise_and": jnp.bitwise_and, "bitwise_or": jnp.bitwise_or,
-               "bitwise_xor": jnp.bitwise_xor, "bitwise_left_shift": jnp.left_shift,
-               "bitwise_right_shift": jnp.right_shift}.items():
-    def _mk(f):
-        def fn(x, y):
-            x, y = _compute(x, y)
-            return f(x, y)
-        return fn
-    lower(f"{_n}.Tensor", f"{_n}.Scalar", f"{_n}.Scalar_Tensor")(_mk(_f))
 
-lower("__and__.Tensor", "__and__.Scalar")(lambda x, y: jnp.bitwise_and(*_compute(x, y)))
-lower("__or__.Tensor", "__or__.Scalar")(lambda x, y: jnp.bitwise_or(*_compute(x, y)))
-lower("__xor__.Tensor", "__xor__.Scalar")(lambda x, y: jnp.bitwise_xor(*_compute(x, y)))
-lower("__lshift__.Tensor", "__lshift__.Scalar")(lambda x, y: jnp.left_shift(*_compute(x, y)))
-lower("__rshift__.Tensor", "__rshift__.Scalar")(lambda x, y: jnp.right_shift(*_compute(x, y)))
+def _shift_left(x, y):
+    # PyTorch: shifts by a negative amount or by >= the bit width give 0 (XLA agrees)
+    return lax.shift_left(*jnp.broadcast_arrays(x, y))
+
+
+def _shift_right(x, y):
+    x, y = jnp.broadcast_arrays(x, y)
+    if jnp.issubdtype(x.dtype, jnp.signedinteger):
+        return lax.shift_right_arithmetic(x, y)
+    return lax.shift_right_logical(x, y)
+
+
+for _n, _f in {"bitwise_and": jnp.bitwise_and, "bitwise_or": jnp.bitwise_or,
+               "bitwise_xor": jnp.bitwise_xor, "bitwise_left_shift": _shift_left,
+               "bitwise_right_shift": _shift_right}.items():
+    lower(f"{_n}.Tensor", f"{_n}.Scalar", f"{_n}.Tensor_Scalar", f"{_n}.Scalar_Tensor")(_binary(_f))
+
+lower("__and__.Tensor", "__and__.Scalar")(_binary(jnp.bitwise_and))
+lower("__or__.Tensor", "__or__.Scalar")(_binary(jnp.bitwise_or))
+lower("__xor__.Tensor", "__xor__.Scalar")(_binary(jnp.bitwise_xor))
+lower("__lshift__.Tensor", "__lshift__.Scalar")(_binary(_shift_left))
+lower("__rshift__.Tensor", "__rshift__.Scalar")(_binary(_shift_right))
 
 
 @lower("bitwise_not.default")
@@ -411,7 +860,7 @@ def bitwise_not(x):
 
 
 # ---------------------------------------------------------------- where / clamp
-@lower("where.self")
+@lower("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
 def where(cond, x, y):
     x, y = _compute(x, y)
     return jnp.where(cond, x, y)
@@ -421,12 +870,14 @@ def where(cond, x, y):
 def clamp(x, min=None, max=None):
     dt = out_dtype()
     x = cast(x, dt)
+    fl = is_float(dt)
     if min is not None:
-        x = jnp.maximum(x, cast(jnp.asarray(min), dt)) if not is_float(dt) else \
-            jnp.where(jnp.isnan(x), x, jnp.maximum(x, cast(jnp.asarray(min), dt)))
+        lo = cast(jnp.asarray(min), dt)
+        # NaN in x or in the bound propagates
+        x = jnp.maximum(x, lo) if fl else jnp.where(x < lo, lo, x)
     if max is not None:
-        x = jnp.minimum(x, cast(jnp.asarray(max), dt)) if not is_float(dt) else \
-            jnp.where(jnp.isnan(x), x, jnp.minimum(x, cast(jnp.asarray(max), dt)))
+        hi = cast(jnp.asarray(max), dt)
+        x = jnp.minimum(x, hi) if fl else jnp.where(x > hi, hi, x)
     return x
 
 
@@ -438,3 +889,391 @@ def clamp_min(x, min):
 @lower("clamp_max.default", "clamp_max.Tensor")
 def clamp_max(x, max):
     return clamp(x, None, max)
+
+
+# ---------------------------------------------------------------- Bessel and Airy functions
+# Computed in float64 (then rounded to the result dtype) from integral representations,
+# series and asymptotic expansions, with PyTorch's (Cephes') edge cases:
+#   J_m(x)  by the trapezoidal rule over a full period of cos(x sin t - m t) (exact up to
+#           aliasing for |x| <= 25), Y_0 / Y_1 from those J_m by Neumann's series, and
+#           Hankel's expansions beyond;
+#   K_0 / K_1 by the trapezoidal rule on the even, analytic integrand of
+#           int exp(-x cosh t) cosh(nu t) dt (x >= 1), their power series below;
+#   Ai      from the Maclaurin series (|x| small), K_{1/3} (x > 0) and its oscillatory
+#           expansion (x << 0).
+_EULER = 0.57721566490153286061
+_BJ_N = 160  # trapezoid nodes over [0, 2 pi)
+_BJ_K = 36  # terms of Neumann's series
+_BJ_X = 25.0  # beyond: Hankel's asymptotic expansions
+
+
+def _bessel_tables():
+    import numpy as np
+
+    t = 2 * np.pi * np.arange(_BJ_N) / _BJ_N
+    m = np.arange(2 * _BJ_K + 2)[:, None]
+    wc = np.cos(m * t) / _BJ_N  # J_m = C . wc[m] + S . ws[m]
+    ws = np.sin(m * t) / _BJ_N
+    k = np.arange(1, _BJ_K + 1)[:, None]
+    sgn = (-1.0) ** k
+    # Y0 = (2/pi)(log(x/2)+gamma) J0 - (4/pi) sum_k (-1)^k J_2k / k
+    y0c = -(4 / np.pi) * np.sum(sgn * wc[2 * k[:, 0]] / k, axis=0)
+    y0s = -(4 / np.pi) * np.sum(sgn * ws[2 * k[:, 0]] / k, axis=0)
+    # Y1 = -(2/pi) J0/x + (2/pi)(log(x/2)+gamma) J1 + (2/pi) sum_k (-1)^k (J_2k-1 - J_2k+1)/k
+    d_c = wc[2 * k[:, 0] - 1] - wc[2 * k[:, 0] + 1]
+    d_s = ws[2 * k[:, 0] - 1] - ws[2 * k[:, 0] + 1]
+    y1c = (2 / np.pi) * np.sum(sgn * d_c / k, axis=0)
+    y1s = (2 / np.pi) * np.sum(sgn * d_s / k, axis=0)
+    return dict(sin_t=np.sin(t), j0c=wc[0], j0s=ws[0], j1c=wc[1], j1s=ws[1], y0c=y0c, y0s=y0s,
+                y1c=y1c, y1s=y1s)
+
+
+_BT = None
+
+
+def _bt():
+    global _BT
+    if _BT is None:
+        _BT = _bessel_tables()
+    return _BT
+
+
+def _bessel_dft(x):
+    """(C, S) = cos / sin(x sin t_j) for the trapezoid nodes, shape x.shape + (N,)."""
+    arg = x[..., None] * jnp.asarray(_bt()["sin_t"])
+    return jnp.cos(arg), jnp.sin(arg)
+
+
+def _dot(c, s, wc, ws):
+    return c @ jnp.asarray(wc) + s @ jnp.asarray(ws)
+
+
+def _hankel(n, x):
+    """Hankel's asymptotic (P, Q, chi) for J_n, Y_n at large x."""
+    mu = 4.0 * n * n
+    p = jnp.ones_like(x)
+    q = jnp.zeros_like(x)
+    term = jnp.ones_like(x)
+    for k in range(1, 24):
+        term = term * (mu - (2 * k - 1) ** 2) / (k * 8.0 * x)
+        if k % 2:
+            q = q + (term if (k // 2) % 2 == 0 else -term)
+        else:
+            p = p + (term if (k // 2) % 2 == 0 else -term)
+    chi = x - (n / 2.0 + 0.25) * math.pi
+    return p, q, chi
+
+
+def _j(n, x):
+    ax = jnp.abs(x)
+    small = ax <= _BJ_X
+    xs = jnp.where(small, ax, 0.0)
+    c, s = _bessel_dft(xs)
+    bt = _bt()
+    near = _dot(c, s, bt[f"j{n}c"], bt[f"j{n}s"])
+    xl = jnp.where(small, _BJ_X + 1, ax)
+    p, q, chi = _hankel(n, xl)
+    far = jnp.sqrt(2 / (math.pi * xl)) * (p * jnp.cos(chi) - q * jnp.sin(chi))
+    r = jnp.where(small, near, far)  # (+-inf gives NaN, like Cephes)
+    if n == 1:
+        r = jnp.where(x < 0, -r, r)
+    return r
+
+
+def _y(n, x):
+    small = x <= _BJ_X
+    xs = jnp.where(small & (x > 0), x, 1.0)
+    c, s = _bessel_dft(xs)
+    bt = _bt()
+    lg = (2 / math.pi) * (jnp.log(xs / 2) + _EULER)
+    j0 = _dot(c, s, bt["j0c"], bt["j0s"])
+    if n == 0:
+        near = lg * j0 + _dot(c, s, bt["y0c"], bt["y0s"])
+    else:
+        j1 = _dot(c, s, bt["j1c"], bt["j1s"])
+        near = -(2 / math.pi) * j0 / xs + lg * j1 + _dot(c, s, bt["y1c"], bt["y1s"])
+    xl = jnp.where(small, _BJ_X + 1, x)
+    p, q, chi = _hankel(n, xl)
+    far = jnp.sqrt(2 / (math.pi * xl)) * (p * jnp.sin(chi) + q * jnp.cos(chi))
+    r = jnp.where(small, near, far)
+    r = jnp.where(x == 0, -jnp.inf, r)
+    return jnp.where(x < 0, jnp.nan, r)
+
+
+_K_H = 0.25
+_K_NODES = 160
+
+
+def _k_scaled_quad(nu, x):
+    """exp(x) K_nu(x) for x >= 1 by the trapezoidal rule (t = u w, w = min(1, x^-1/2))."""
+    import numpy as np
+
+    u = jnp.asarray(np.arange(_K_NODES) * _K_H)
+    wgt = jnp.asarray(np.where(np.arange(_K_NODES) == 0, 0.5, 1.0) * _K_H)
+    w = jnp.minimum(1.0, lax.rsqrt(x))[..., None]
+    t = u * w
+    f = jnp.exp(-x[..., None] * (jnp.cosh(t) - 1)) * jnp.cosh(nu * t)
+    return jnp.sum(f * wgt, axis=-1) * w[..., 0]
+
+
+def _k_series(n, x):
+    """K_0 / K_1 from their power series (x small)."""
+    z = x * x / 4
+    lg = jnp.log(x / 2)
+    if n == 0:
+        i0 = jnp.zeros_like(x)
+        acc = jnp.zeros_like(x)
+        term = jnp.ones_like(x)
+        psi = -_EULER
+        for k in range(30):
+            if k:
+                term = term * z / (k * k)
+                psi = psi + 1.0 / k
+            i0 = i0 + term
+            acc = acc + psi * term
+        return -lg * i0 + acc
+    i1 = jnp.zeros_like(x)
+    acc = jnp.zeros_like(x)
+    term = x / 2  # (x/2)^(2k+1) / (k! (k+1)!)
+    psi_sum = -2 * _EULER + 1.0  # psi(k+1) + psi(k+2)
+    for k in range(30):
+        if k:
+            term = term * z / (k * (k + 1))
+            psi_sum = psi_sum + 1.0 / k + 1.0 / (k + 1)
+        i1 = i1 + term
+        acc = acc + psi_sum * term
+    return 1 / x + lg * i1 - acc / 2
+
+
+def _k(n, x, scaled):
+    big = x >= 1
+    xb = jnp.where(big, x, 1.0)
+    xs = jnp.where(big | (x <= 0), 0.5, x)
+    far = _k_scaled_quad(float(n), xb)
+    near = _k_series(n, xs)
+    if scaled:
+        r = jnp.where(big, far, near * jnp.exp(xs))
+    else:
+        r = jnp.where(big, far * jnp.exp(-xb), near)
+    r = jnp.where(x == jnp.inf, 0.0, r)
+    r = jnp.where(x == 0, jnp.inf, r)
+    return jnp.where(x < 0, jnp.nan, r)
+
+
+_AI0 = 0.355028053887817239260
+_AIP0 = 0.258819403792806798405
+
+
+def _airy_ai(x):
+    # Maclaurin series, |x| <= 8 (x > 2 uses K_{1/3}, x < -8 the asymptotic expansion)
+    xm = jnp.clip(x, -8.0, 8.0)
+    x3 = xm * xm * xm
+    f = jnp.ones_like(xm)
+    g = xm
+    tf, tg = jnp.ones_like(xm), xm
+    for k in range(60):
+        tf = tf * x3 / ((3 * k + 2) * (3 * k + 3))
+        tg = tg * x3 / ((3 * k + 3) * (3 * k + 4))
+        f = f + tf
+        g = g + tg
+    series = _AI0 * f - _AIP0 * g
+    # x > 2: Ai(x) = sqrt(x/3) / pi * K_{1/3}(zeta), zeta = 2/3 x^{3/2}
+    xp = jnp.where(x > 2, x, 4.0)
+    zeta = 2.0 / 3.0 * xp * jnp.sqrt(xp)
+    pos = jnp.sqrt(xp / 3) / math.pi * jnp.exp(-zeta) * _k_scaled_quad(1.0 / 3.0, zeta)
+    # x < -8: the oscillatory expansion in zeta = 2/3 z^{3/2}
+    z = jnp.where(x < -8, -x, 9.0)
+    ze = 2.0 / 3.0 * z * jnp.sqrt(z)
+    p = jnp.ones_like(z)
+    q = jnp.zeros_like(z)
+    u = 1.0
+    term = jnp.ones_like(z)
+    for k in range(1, 30):
+        # u_k = (2k+1)(2k+3)...(6k-1) / (216^k k!)
+        num = 1.0
+        for j in range(2 * k + 1, 6 * k, 2):
+            num *= j
+        u = num / (216.0 ** k * math.factorial(k))
+        term = u / ze ** k
+        sign = 1.0 if (k // 2) % 2 == 0 else -1.0
+        if k % 2:
+            q = q + sign * term
+        else:
+            p = p + sign * term
+    ang = ze + math.pi / 4
+    neg = (jnp.sin(ang) * p - jnp.cos(ang) * q) / (math.sqrt(math.pi) * jnp.sqrt(jnp.sqrt(z)))
+    r = jnp.where(x > 2, pos, jnp.where(x < -8, neg, series))
+    r = jnp.where(x > 103.892, 0.0, r)
+    return jnp.where(jnp.isinf(x), jnp.nan, r)
+
+
+def _sph_j0(x):
+    small = jnp.abs(x) < 0.5
+    xs = jnp.where(small, 1.0, x)
+    x2 = x * x
+    taylor = 1 + x2 * (-1 / 6 + x2 * (1 / 120 + x2 * (-1 / 5040 + x2 * (1 / 362880 + x2 * (
+        -1 / 39916800 + x2 * (1 / 6227020800))))))
+    r = jnp.where(small, taylor, jnp.sin(xs) / xs)
+    return jnp.where(jnp.isinf(x), 0.0, r)
+
+
+def _f64(f):
+    def fn(x):
+        (x,) = _compute(x)
+        return f(x.astype(jnp.float64)).astype(x.dtype)
+    return fn
+
+
+for _n, _f in {
+    "special_bessel_j0.default": lambda x: _j(0, x),
+    "special_bessel_j1.default": lambda x: _j(1, x),
+    "special_bessel_y0.default": lambda x: _y(0, x),
+    "special_bessel_y1.default": lambda x: _y(1, x),
+    "special_modified_bessel_i0.default": jsp.i0,
+    "special_modified_bessel_i1.default": jsp.i1,
+    "special_modified_bessel_k0.default": lambda x: _k(0, x, False),
+    "special_modified_bessel_k1.default": lambda x: _k(1, x, False),
+    "special_scaled_modified_bessel_k0.default": lambda x: _k(0, x, True),
+    "special_scaled_modified_bessel_k1.default": lambda x: _k(1, x, True),
+    "special_airy_ai.default": _airy_ai,
+    "special_spherical_bessel_j0.default": _sph_j0,
+}.items():
+    lower(_n)(_f64(_f))
+
+
+# ---------------------------------------------------------------- orthogonal polynomials
+# PyTorch evaluates these by their three-term recurrences (a loop up to n, per element),
+# with closed forms at the interval ends and, for large n inside the interval,
+# trigonometric forms.  Here one while-loop runs to the largest n of the tensor.
+def _recurrence(x, iters, q0, step):
+    """Run q_{j+1} = step(j, p_j, q_j) for `iters` (per element) steps from (1, q0)."""
+    if x.size == 0:
+        return q0
+
+    def cond(st):
+        return st[0] < jnp.max(iters)
+
+    def body(st):
+        j, p, q = st
+        r = step(j.astype(x.dtype), p, q)
+        act = j < iters
+        return j + 1, jnp.where(act, q, p), jnp.where(act, r, q)
+
+    _, _, q = lax.while_loop(cond, body, (jnp.zeros((), iters.dtype), jnp.ones_like(x), q0))
+    return q
+
+
+def _poly_n(n, x):
+    # PyTorch converts n with static_cast<int64_t>: truncation; NaN / inf act as negative
+    n = jnp.asarray(n)
+    if jnp.issubdtype(n.dtype, jnp.inexact):
+        n = jnp.where(jnp.isfinite(n), jnp.trunc(n), -1.0).astype(jnp.int64)
+    else:
+        n = n.astype(jnp.int64)
+    return jnp.broadcast_arrays(x, n)
+
+
+def _pm(cond, dt):
+    return jnp.where(cond, 1.0, -1.0).astype(dt)
+
+
+def _cheb(kind, shifted):
+    def fn(x, n):
+        (x,) = _cm(x)
+        x, n = _poly_n(n, x)
+        nf = n.astype(x.dtype)
+        dt = x.dtype
+        y = x + x - 1 if shifted else x
+        even = (n % 2) == 0
+        q0 = {"t": y, "u": y + y, "v": y + y - 1, "w": y + y + 1}[kind]
+        big = {"t": 6, "u": 8, "v": 8, "w": 8}[kind] if not shifted else \
+            {"t": 6, "u": 6, "v": 6, "w": 4}[kind]
+        inside = (n > big) & (jnp.abs(y) < 1)
+        ends = (x == 1) | (x == 0) if shifted else jnp.abs(x) == 1
+        iters = jnp.where(inside | ends, 0, n - 1)  # the loop only where it decides
+        rec = _recurrence(y, iters, q0, lambda j, p, q: (y + y) * q - p)
+        a = jnp.arccos(jnp.where(inside, y, 0.0))
+        if kind == "t":
+            trig = jnp.cos(nf * a)
+            top, bottom = jnp.ones_like(x), _pm(even, dt)
+        elif kind == "u":
+            sa = jnp.sin(a)
+            trig = jnp.where(sa != 0, jnp.sin((nf + 1) * a) / jnp.where(sa != 0, sa, 1),
+                             (nf + 1) * jnp.cos((nf + 1) * a) / y)
+            top, bottom = nf + 1, _pm(even, dt) * (nf + 1)
+        elif kind == "v":
+            trig = jnp.where(jnp.sin(a / 2) != 1, jnp.cos((nf + 0.5) * a) / jnp.cos(a / 2),
+                             _pm(even, dt) * (2 * nf + 1))
+            top, bottom = jnp.ones_like(x), _pm(even, dt) * (2 * nf + 1)
+        else:
+            trig = jnp.where(jnp.cos(a / 2) != 1, jnp.sin((nf + 0.5) * a) / jnp.sin(a / 2),
+                             jnp.where(y > 0, 2 * nf + 1, _pm(even, dt)) if not shifted
+                             else _pm(even, dt))
+            top, bottom = 2 * nf + 1, _pm(even, dt)
+        r = jnp.where(n == 1, q0, rec)
+        r = jnp.where(n == 0, 1.0, r)
+        r = jnp.where(inside, trig, r)
+        if shifted:
+            r = jnp.where(x == 0, bottom, r)
+            r = jnp.where(x == 1, top, r)
+        else:
+            r = jnp.where(jnp.abs(x) == 1, jnp.where(x > 0, top, bottom), r)
+        return jnp.where(n < 0, 0.0, r).astype(dt)
+
+    return fn
+
+
+def _hermite(physicists):
+    def fn(x, n):
+        (x,) = _cm(x)
+        x, n = _poly_n(n, x)
+        limit = 128 if x.dtype == jnp.float32 else 512
+        iters = jnp.where(n > limit, 0, n - 1)
+        if physicists:  # H_{j+1} = 2x H_j - 2j H_{j-1}
+            q0 = x + x
+            rec = _recurrence(x, iters, q0, lambda j, p, q: (x + x) * q - (2 * j + 2) * p)
+        else:  # He_{j+1} = x He_j - j He_{j-1}
+            q0 = x
+            rec = _recurrence(x, iters, q0, lambda j, p, q: x * q - (j + 1) * p)
+        r = jnp.where(n == 1, q0, rec)
+        r = jnp.where(n > limit, jnp.nan, r)
+        r = jnp.where(n == 0, 1.0, r)
+        return jnp.where(n < 0, 0.0, r).astype(x.dtype)
+
+    return fn
+
+
+def _laguerre(x, n):
+    (x,) = _cm(x)
+    x, n = _poly_n(n, x)
+    q0 = 1 - x
+    rec = _recurrence(x, jnp.where(x == 0, 0, n - 1), q0,
+                      lambda j, p, q: ((2 * (j + 1) + (1 - x)) * q - (j + 1) * p) / (j + 2))
+    r = jnp.where(n == 1, q0, rec)
+    r = jnp.where((n == 0) | (x == 0), 1.0, r)
+    return jnp.where(n < 0, 0.0, r).astype(x.dtype)
+
+
+def _legendre(x, n):
+    (x,) = _cm(x)
+    x, n = _poly_n(n, x)
+    rec = _recurrence(x, jnp.where(jnp.abs(x) == 1, 0, n - 1), x,
+                      lambda j, p, q: ((2 * (j + 1) + 1) * x * q - (j + 1) * p) / (j + 2))
+    r = jnp.where(n == 1, x, rec)
+    r = jnp.where(n == 0, 1.0, r)
+    r = jnp.where(jnp.abs(x) == 1, jnp.where((x > 0) | (n % 2 == 0), 1.0, -1.0), r)
+    return jnp.where(n < 0, 0.0, r).astype(x.dtype)
+
+
+for _name, _f in {
+    "chebyshev_polynomial_t": _cheb("t", False), "chebyshev_polynomial_u": _cheb("u", False),
+    "chebyshev_polynomial_v": _cheb("v", False), "chebyshev_polynomial_w": _cheb("w", False),
+    "shifted_chebyshev_polynomial_t": _cheb("t", True),
+    "shifted_chebyshev_polynomial_u": _cheb("u", True),
+    "shifted_chebyshev_polynomial_v": _cheb("v", True),
+    "shifted_chebyshev_polynomial_w": _cheb("w", True),
+    "hermite_polynomial_h": _hermite(True), "hermite_polynomial_he": _hermite(False),
+    "laguerre_polynomial_l": _laguerre, "legendre_polynomial_p": _legendre,
+}.items():
+    lower(f"special_{_name}.default", f"special_{_name}.x_scalar",
+          f"special_{_name}.n_scalar")(_f)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..lowering import cast, lower, out_dtype
+from ..lowering import cast, lower, out_dtype, out_meta
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -175,3 +175,388 @@ def addr(self, v1, v2, *, beta=1, alpha=1):
     else:
         prod = cast(v1, acc)[:, None] * cast(v2, acc)[None, :]
     return _add_beta(prod, self, beta, alpha, dt)
+
+
+# ---------------------------------------------------------------- dense linear algebra
+# jnp.linalg / lax.linalg (LAPACK on CPU, cuSOLVER on GPU).  Factorizations return
+# PyTorch's conventions: LAPACK pivots (int32, 1-based), `info` computed on the
+# device (first zero pivot / first non-positive minor).  Backward formulas are
+# PyTorch's own (derivatives.yaml), built from these ops and products.
+from jax import scipy as _jsp  # noqa: E402
+
+_linalg = lax.linalg
+
+
+def _mT(x):
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _mH(x):
+    return jnp.conj(_mT(x)) if jnp.issubdtype(x.dtype, jnp.complexfloating) else _mT(x)
+
+
+def _diag(x):
+    return jnp.diagonal(x, axis1=-2, axis2=-1)
+
+
+def _first_true(mask):
+    """1-based index of the first True along the last axis, 0 if none (int32)."""
+    n = mask.shape[-1]
+    if n == 0:
+        return jnp.zeros(mask.shape[:-1], jnp.int32)
+    idx = jnp.argmax(mask, axis=-1).astype(jnp.int32) + 1
+    return jnp.where(jnp.any(mask, axis=-1), idx, jnp.zeros_like(idx))
+
+
+def _lu(A):
+    """(LU, pivots 1-based int32, info int32) of a batch of matrices."""
+    m, n = A.shape[-2:]
+    if m == 0 or n == 0:
+        return A, jnp.zeros(A.shape[:-2] + (min(m, n),), jnp.int32), \
+            jnp.zeros(A.shape[:-2], jnp.int32)
+    lu, piv, _ = _linalg.lu(A)
+    info = _first_true(_diag(lu) == 0)
+    return lu, piv.astype(jnp.int32) + 1, info
+
+
+def _perm_from_pivots(piv, m):
+    """Row permutation `perm` with (P^T A) = A[perm], from 1-based LAPACK pivots."""
+    return _linalg.lu_pivots_to_permutation(piv.astype(jnp.int32) - 1, m)
+
+
+def _take_rows(B, perm):
+    return jnp.take_along_axis(B, jnp.broadcast_to(perm[..., :, None], perm.shape + (B.shape[-1],)),
+                               axis=-2)
+
+
+def _lu_solve(lu, piv, B, left=True, adjoint=False):
+    """Solve A X = B (left) or X A = B with A = P L U given as (lu, piv); A^H if adjoint."""
+    n = lu.shape[-1]
+    batch = jnp.broadcast_shapes(lu.shape[:-2], B.shape[:-2])
+    lu = jnp.broadcast_to(lu, batch + lu.shape[-2:])
+    piv = jnp.broadcast_to(piv, batch + piv.shape[-1:])
+    B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    if not left:  # X A = B  <=>  A^H X^H = B^H ;  X A^H = B  <=>  A X^H = B^H
+        return _mH(_lu_solve(lu, piv, _mH(B), True, not adjoint))
+    if n == 0 or B.shape[-1] == 0:
+        return B
+    perm = _perm_from_pivots(piv, n)
+    if not adjoint:
+        y = _linalg.triangular_solve(lu, _take_rows(B, perm), left_side=True, lower=True,
+                                     unit_diagonal=True)
+        return _linalg.triangular_solve(lu, y, left_side=True, lower=False)
+    # A^H = U^H L^H P^T:  U^H z = B, L^H w = z, X = P w
+    cplx = jnp.issubdtype(lu.dtype, jnp.complexfloating)
+    z = _linalg.triangular_solve(lu, B, left_side=True, lower=False, transpose_a=True,
+                                 conjugate_a=cplx)
+    w = _linalg.triangular_solve(lu, z, left_side=True, lower=True, transpose_a=True,
+                                 conjugate_a=cplx, unit_diagonal=True)
+    inv = jnp.argsort(perm, axis=-1)
+    return _take_rows(w, inv)
+
+
+@lower("linalg_lu_factor_ex.default")
+def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
+    if not pivot:
+        raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
+    return _lu(A)
+
+
+def _unpack(lu, piv, unpack_data=True, unpack_pivots=True):
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    P = L = U = None
+    if unpack_pivots:
+        perm = _perm_from_pivots(piv, m) if m else jnp.zeros(piv.shape[:-1] + (0,), jnp.int32)
+        # A = P L U with (P^T A) = A[perm]:  P[perm[j], j] = 1
+        P = jnp.swapaxes(jax.nn.one_hot(perm, m, dtype=lu.dtype), -1, -2)
+    if unpack_data:
+        L = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+        U = jnp.triu(lu[..., :k, :])
+    return P, L, U
+
+
+@lower("lu_unpack.default")
+def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    P, L, U = _unpack(LU_data, LU_pivots, unpack_data, unpack_pivots)
+    m = out_meta()
+    return tuple(v if v is not None else jnp.zeros(tuple(mm.shape), out_dtype(i))
+                 for i, (v, mm) in enumerate(zip((P, L, U), m)))
+
+
+@lower("linalg_lu.default")
+def linalg_lu(A, *, pivot=True):
+    if not pivot:
+        raise RuntimeError("linalg.lu: LU without pivoting is not implemented on the CPU")
+    lu, piv, _ = _lu(A)
+    return _unpack(lu, piv)
+
+
+@lower("linalg_lu_solve.default")
+def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
+    return _lu_solve(LU, pivots, B, left, adjoint)
+
+
+@lower("_linalg_solve_ex.default")
+def linalg_solve_ex(A, B, *, left=True, check_errors=False):
+    lu, piv, info = _lu(A)
+    res_shape = tuple(out_meta()[0].shape)
+    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and res_shape == tuple(
+        jnp.broadcast_shapes(A.shape[:-1], B.shape)))
+    if vector and B.ndim != A.ndim:
+        X = _lu_solve(lu, piv, B[..., :, None] if left else B[..., None, :], left)
+        X = X[..., 0] if left else X[..., 0, :]
+    else:
+        X = _lu_solve(lu, piv, B, left)
+    return X.reshape(res_shape), lu, piv, info
+
+
+@lower("linalg_inv_ex.default")
+def linalg_inv_ex(A, *, check_errors=False):
+    lu, piv, info = _lu(A)
+    n = A.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape)
+    return _lu_solve(lu, piv, eye), info
+
+
+def _perm_sign(piv, dt):
+    k = piv.shape[-1]
+    swaps = jnp.sum(piv != jnp.arange(1, k + 1, dtype=piv.dtype), axis=-1)
+    return jnp.where(swaps % 2 == 0, 1, -1).astype(dt)
+
+
+@lower("_linalg_det.default")
+def linalg_det(A):
+    lu, piv, _ = _lu(A)
+    det = _perm_sign(piv, A.dtype) * jnp.prod(_diag(lu), axis=-1)
+    return det, lu, piv
+
+
+@lower("_linalg_slogdet.default")
+def linalg_slogdet(A):
+    lu, piv, _ = _lu(A)
+    d = _diag(lu)
+    a = jnp.abs(d)
+    if jnp.issubdtype(A.dtype, jnp.complexfloating):
+        unit = jnp.where(a == 0, jnp.zeros_like(d), d / jnp.where(a == 0, 1, a).astype(d.dtype))
+        sign = _perm_sign(piv, A.dtype) * jnp.prod(unit, axis=-1)
+    else:
+        sign = _perm_sign(piv, A.dtype) * jnp.prod(jnp.sign(d), axis=-1)
+    logabs = jnp.sum(jnp.log(a), axis=-1)
+    return sign, logabs, lu, piv
+
+
+@lower("linalg_cholesky_ex.default")
+def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
+    if A.shape[-1] == 0:
+        return A, jnp.zeros(A.shape[:-2], jnp.int32)
+    L = _linalg.cholesky(A, symmetrize_input=False)
+    bad = ~jnp.isfinite(jnp.real(_diag(L)))
+    info = _first_true(bad)
+    L = jnp.where(jnp.any(bad, axis=-1)[..., None, None], jnp.tril(A), L)  # like LAPACK: no NaNs
+    return (_mH(L) if upper else L), info
+
+
+@lower("cholesky.default")
+def cholesky(A, upper=False):
+    L, _ = linalg_cholesky_ex(A, upper=upper)
+    return L
+
+
+@lower("cholesky_inverse.default")
+def cholesky_inverse(L, upper=False):
+    n = L.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(n, dtype=L.dtype), L.shape)
+    # (L L^H)^{-1} = L^{-H} L^{-1}
+    lower_ = not upper
+    cplx = jnp.issubdtype(L.dtype, jnp.complexfloating)
+    # A = L L^H (lower) or U^H U (upper): solve A X = I with two triangular solves
+    if lower_:
+        y = _linalg.triangular_solve(L, eye, left_side=True, lower=True)
+        return _linalg.triangular_solve(L, y, left_side=True, lower=True, transpose_a=True,
+                                        conjugate_a=cplx)
+    y = _linalg.triangular_solve(L, eye, left_side=True, lower=False, transpose_a=True,
+                                 conjugate_a=cplx)
+    return _linalg.triangular_solve(L, y, left_side=True, lower=False)
+
+
+@lower("_cholesky_solve_helper.default")
+def cholesky_solve_helper(B, L, upper):
+    batch = jnp.broadcast_shapes(B.shape[:-2], L.shape[:-2])
+    B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    L = jnp.broadcast_to(L, batch + L.shape[-2:])
+    cplx = jnp.issubdtype(L.dtype, jnp.complexfloating)
+    if not upper:
+        y = _linalg.triangular_solve(L, B, left_side=True, lower=True)
+        return _linalg.triangular_solve(L, y, left_side=True, lower=True, transpose_a=True,
+                                        conjugate_a=cplx)
+    y = _linalg.triangular_solve(L, B, left_side=True, lower=False, transpose_a=True,
+                                 conjugate_a=cplx)
+    return _linalg.triangular_solve(L, y, left_side=True, lower=False)
+
+
+@lower("linalg_solve_triangular.default")
+def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
+    batch = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    A = jnp.broadcast_to(A, batch + A.shape[-2:])
+    B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    if 0 in B.shape:
+        return B
+    return _linalg.triangular_solve(A, B, left_side=left, lower=not upper,
+                                    unit_diagonal=unitriangular)
+
+
+@lower("triangular_solve.default")
+def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False):
+    batch = jnp.broadcast_shapes(A.shape[:-2], b.shape[:-2])
+    Ab = jnp.broadcast_to(A, batch + A.shape[-2:])
+    bb = jnp.broadcast_to(b, batch + b.shape[-2:])
+    if 0 in bb.shape:
+        return bb, Ab
+    x = _linalg.triangular_solve(Ab, bb, left_side=True, lower=not upper, transpose_a=transpose,
+                                 unit_diagonal=unitriangular)
+    return x, Ab
+
+
+@lower("linalg_qr.default")
+def linalg_qr(A, mode="reduced"):
+    m, n = A.shape[-2:]
+    if mode == "r":
+        r = jnp.linalg.qr(A, mode="r") if m and n else jnp.zeros(tuple(out_meta()[1].shape), A.dtype)
+        return jnp.zeros(tuple(out_meta()[0].shape), A.dtype), r
+    if m == 0 or n == 0:
+        return jnp.zeros(tuple(out_meta()[0].shape), A.dtype) + (
+            jnp.eye(m, dtype=A.dtype) if mode == "complete" and m else 0), \
+            jnp.zeros(tuple(out_meta()[1].shape), A.dtype)
+    q, r = jnp.linalg.qr(A, mode="complete" if mode == "complete" else "reduced")
+    return q, r
+
+
+@lower("_linalg_svd.default")
+def linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
+    metas = out_meta()
+    if 0 in A.shape:
+        return tuple(jnp.zeros(tuple(mm.shape), out_dtype(i)) + (
+            jnp.eye(mm.shape[-1], dtype=out_dtype(i)) if i != 1 and compute_uv and mm.ndim >= 2
+            and mm.shape[-1] == mm.shape[-2] else 0) for i, mm in enumerate(metas))
+    if not compute_uv:
+        s = jnp.linalg.svd(A, compute_uv=False)
+        return (jnp.zeros(tuple(metas[0].shape), A.dtype), s,
+                jnp.zeros(tuple(metas[2].shape), A.dtype))
+    u, s, vh = jnp.linalg.svd(A, full_matrices=full_matrices)
+    return u, s, vh
+
+
+@lower("_linalg_eigh.default")
+def linalg_eigh(A, UPLO="L", compute_v=True):
+    if A.shape[-1] == 0:
+        return jnp.zeros(A.shape[:-1], jnp.real(A).dtype), A
+    v, w = _linalg.eigh(A, lower=(UPLO.upper() == "L"), symmetrize_input=False)
+    if not compute_v:
+        return w, jnp.zeros(tuple(out_meta()[1].shape), A.dtype)
+    return w, v
+
+
+@lower("linalg_matrix_exp.default")
+def linalg_matrix_exp(A):
+    if A.shape[-1] == 0:
+        return A
+    flat = A.reshape((-1,) + A.shape[-2:])
+    r = jax.vmap(_jsp.linalg.expm)(flat)
+    return r.reshape(A.shape)
+
+
+@lower("linalg_lstsq.default")
+def linalg_lstsq(A, B, rcond=None, *, driver=None):
+    metas = out_meta()
+    vector = B.ndim == A.ndim - 1
+    Bm = B[..., None] if vector else B
+    batch = jnp.broadcast_shapes(A.shape[:-2], Bm.shape[:-2])
+    Ab = jnp.broadcast_to(A, batch + A.shape[-2:])
+    Bb = jnp.broadcast_to(Bm, batch + Bm.shape[-2:])
+    m, n = A.shape[-2:]
+    real = jnp.real(A).dtype
+    u, s, vh = jnp.linalg.svd(Ab, full_matrices=False)
+    eps = jnp.finfo(real).eps
+    rc = rcond if rcond is not None and rcond >= 0 else eps * max(m, n)
+    smax = jnp.max(s, axis=-1, keepdims=True) if s.shape[-1] else jnp.zeros(s.shape[:-1] + (1,), real)
+    keep = s > rc * smax
+    sinv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(A.dtype)
+    uhb = dot(_mH(u), Bb, ((u.ndim - 1,), (Bb.ndim - 2,)), (tuple(range(len(batch))),) * 2)
+    X = dot(_mH(vh), sinv[..., :, None] * uhb, ((vh.ndim - 1,), (uhb.ndim - 2,)),
+            (tuple(range(len(batch))),) * 2)
+    rank = jnp.sum(keep, axis=-1).astype(jnp.int64)
+    sol = X[..., 0] if vector else X
+    res = jnp.zeros(tuple(metas[1].shape), real)
+    if metas[1].numel() > 0:  # full-rank overdetermined: squared residual norms per column
+        r = Bb - dot(Ab, X, ((Ab.ndim - 1,), (X.ndim - 2,)), (tuple(range(len(batch))),) * 2)
+        res = jnp.sum(jnp.abs(r) ** 2, axis=-2).reshape(tuple(metas[1].shape))
+    rank_o = rank.reshape(tuple(metas[2].shape)) if metas[2].numel() else \
+        jnp.zeros(tuple(metas[2].shape), jnp.int64)
+    sv = s.reshape(tuple(metas[3].shape)) if metas[3].numel() else \
+        jnp.zeros(tuple(metas[3].shape), real)
+    return sol.reshape(tuple(metas[0].shape)), res, rank_o, sv
+
+
+def _lstsq_meta(A, B, rcond=None, *, driver=None):
+    """Output shapes of linalg_lstsq with the default gelsy driver (PyTorch has no meta)."""
+    import torch
+
+    if driver not in (None, "gelsy"):
+        raise NotImplementedError("torchneuron: linalg_lstsq meta for driver " + str(driver))
+    vector = B.dim() == A.dim() - 1
+    Bm = B.unsqueeze(-1) if vector else B
+    batch = torch.broadcast_shapes(A.shape[:-2], Bm.shape[:-2])
+    n, k = A.shape[-1], Bm.shape[-1]
+    sol_shape = tuple(batch) + ((n,) if vector else (n, k))
+    real = A.real.dtype if A.is_complex() else A.dtype
+    return (A.new_empty(sol_shape), A.new_empty((0,), dtype=real),
+            A.new_empty(tuple(batch), dtype=torch.int64), A.new_empty((0,), dtype=real))
+
+
+# _linalg_det/_linalg_slogdet on CPU factor A^T when A is contiguous and real (det is
+# the same) and their backward formulas solve with the LU accordingly: do the same.
+def _register_kernels():
+    import torch
+
+    from .. import dispatch
+    from ..lowering import LOWERINGS
+
+    aten = torch.ops.aten
+    for op in (aten._linalg_det.default, aten._linalg_slogdet.default):
+        if op in dispatch._registered:
+            continue
+        entry = dispatch.Entry(op, LOWERINGS[op], "functional")
+
+        def kernel(A, _entry=entry):
+            if A.is_contiguous() and not A.is_complex():
+                A = A.mT
+            return _entry(A)
+
+        dispatch.register_kernel(op, kernel)
+
+    op = aten.linalg_lstsq.default
+    if op not in dispatch._registered:
+        _meta_lib.impl("linalg_lstsq", _lstsq_meta, "Meta")
+        entry = dispatch.Entry(op, LOWERINGS[op], "functional")
+
+        def lstsq_kernel(A, B, rcond=None, *, driver=None):
+            if driver not in (None, "gelsy"):  # data-dependent residual shapes
+                return dispatch.cpu_fallback(op, A, B, rcond, driver=driver)
+            return entry(A, B, rcond, driver=driver)
+
+        dispatch.register_kernel(op, lstsq_kernel)
+
+
+_meta_lib = None
+
+
+def _init():
+    global _meta_lib
+    import torch
+
+    _meta_lib = torch.library.Library("aten", "IMPL")
+    _register_kernels()
+
+
+_init()
