@@ -43,10 +43,10 @@ def test_gate_covers_its_units(gate_rows):
     assert len(units) >= 60
     statuses = {r["status"] for r in gate_rows}
     assert "PASS" in statuses
-    # every float32 differentiable op has its backward row
+    # every gate op ran in at least one dtype (float32, or its GATE_EXTRA dtypes)
     for oid in C.GATE_OPS:
-        fwd = [r for r in gate_rows if r["op"] == oid and r["dtype"] == "float32"]
-        assert fwd, f"{oid}: no float32 rows (removed from op_db?)"
+        rows = [r for r in gate_rows if r["op"] == oid]
+        assert rows, f"{oid}: no rows (removed from op_db?)"
 
 
 @pytest.mark.parametrize("oid", GATE_IDS)

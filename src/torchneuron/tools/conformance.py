@@ -94,7 +94,8 @@ GATE_OPS = [
 GATE_EXTRA = {
     "bfloat16": ["add", "mul", "exp", "sum", "mm", "softmax", "nn.functional.gelu",
                  "nn.functional.layer_norm", "cat", "where"],
-    "int64": ["add", "mul", "sum", "cumsum", "gather", "eq", "cat", "abs", "remainder"],
+    "int64": ["add", "mul", "sum", "cumsum", "gather", "eq", "cat", "abs", "remainder",
+              "bitwise_and"],
 }
 
 
