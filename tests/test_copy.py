@@ -182,3 +182,18 @@ def test_neuron_to_neuron_copy_is_a_copy():
     assert f is d
     g = d.to("neuron", copy=True)
     assert g.data_ptr() != d.data_ptr()
+
+
+def test_upload_of_a_tensor_that_requires_grad_is_differentiable():
+    a = torch.randn(3, 4, requires_grad=True)
+    b = a.to("neuron")
+    assert b.requires_grad and b.grad_fn is not None
+    assert_same(b, a.detach())
+    (b * torch.arange(4.0, device="neuron")).sum().backward()
+    assert torch.equal(a.grad, torch.arange(4.0).expand(3, 4))
+    # copy_ from a CPU tensor that requires grad, into a device tensor
+    d = torch.zeros(3, 4, device="neuron", requires_grad=True).clone()
+    d.copy_(a)
+    d.sum().backward()
+    assert torch.equal(a.grad, torch.arange(4.0).expand(3, 4) + 1)
+    assert_same(d.detach(), a.detach())

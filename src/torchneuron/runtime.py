@@ -123,6 +123,8 @@ def tdtype(dtype) -> torch.dtype:
 
 def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
     """A contiguous CPU tensor as a numpy array of the matching (ml_)dtype, sharing memory."""
+    if t.requires_grad:  # an upload of a leaf that requires grad (autograd is above us)
+        t = t.detach()
     via = _HOST_VIA.get(t.dtype)
     if via is not None:
         return t.view(via).numpy().view(TORCH_TO_JAX[t.dtype])
