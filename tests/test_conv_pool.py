@@ -34,6 +34,9 @@ CONVS = [
     ("t2d_groups_dil", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(2, 3), padding=(0, 1), output_padding=(1, 0),
                                                            groups=2, dilation=(1, 2)), (2, 4, 4, 3), (4, 3, 3, 2), True),
     ("t2d_bigpad", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=1, padding=3), (1, 2, 8, 8), (2, 3, 3, 3), True),
+    # output_padding >= stride is allowed when < dilation
+    ("t2d_outpad_dil", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=1, padding=1, dilation=2, output_padding=1), (2, 2, 4, 5), (2, 2, 3, 3), True),
+    ("t3d_outpad_dil", lambda x, w, b: F.conv_transpose3d(x, w, b, stride=(1, 2, 1), dilation=2, output_padding=(1, 1, 0)), (1, 2, 3, 4, 3), (2, 2, 2, 2, 2), True),
     ("t3d", lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2, padding=1, output_padding=(1, 0, 1)), (1, 2, 3, 4, 3), (2, 3, 3, 3, 3), True),
 ]
 

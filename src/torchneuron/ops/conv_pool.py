@@ -63,8 +63,12 @@ def _conv_fwd(x, w, stride, padding, dilation, groups, pref=None):
 
 def _conv_t(x, w, stride, padding, dilation, groups, out_shape):
     """Transposed convolution: the transpose of the forward conv from out_shape."""
+    # with output_padding >= stride (allowed when < dilation) the forward conv of
+    # out_shape is longer than x: the extra positions are not part of x's transpose
+    crop = (slice(None), slice(None)) + tuple(slice(0, n) for n in x.shape[2:])
+
     def fwd(z):
-        return _conv_fwd(z, w, stride, padding, dilation, groups)
+        return _conv_fwd(z, w, stride, padding, dilation, groups)[crop]
 
     (r,) = jax.linear_transpose(fwd, jax.ShapeDtypeStruct(out_shape, x.dtype))(x)
     return r
