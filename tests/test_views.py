@@ -209,3 +209,63 @@ def test_no_copy_for_view_on_device():
     v = b.view(9)
     assert v.untyped_storage()._tn_cell is b.untyped_storage()._tn_cell
     assert to_dev(torch.zeros(2)).device == DEV
+
+
+# ---------------------------------------------------------------- lazy conj / neg bits
+# conj() and imag-of-conj are views with PyTorch's lazy conjugate / negative bits; ops
+# that PyTorch's Conjugate fallback passes through (copy_, clone, mul, add, mm, ...)
+# reach the device with the bits set and must honour them.
+def _cx(seed=0, shape=(3, 4)):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, dtype=torch.complex64, generator=g)
+
+
+CONJ_READS = [
+    ("clone", lambda a, b: a.conj().clone()),
+    ("resolve_conj", lambda a, b: a.conj().resolve_conj()),
+    ("to_cpu", lambda a, b: a.conj()),
+    ("mul", lambda a, b: a.conj() * b),
+    ("add", lambda a, b: a.conj() + b),
+    ("sub_rev", lambda a, b: b - a.conj()),
+    ("mm", lambda a, b: a.conj() @ b.t()),
+    ("mm_both", lambda a, b: a.conj() @ b.conj().t()),
+    ("sum", lambda a, b: a.conj().sum(0)),
+    ("imag_of_conj", lambda a, b: a.conj().imag * 2),
+    ("real_of_conj", lambda a, b: a.conj().real + 1),
+    ("neg_view", lambda a, b: torch._neg_view(a) + b),
+    ("view_as_real", lambda a, b: torch.view_as_real(a.conj().resolve_conj())),
+    ("transposed_conj", lambda a, b: a.t().conj().contiguous()),
+    ("slice_conj", lambda a, b: a[:, 1:3].conj() * 2),
+]
+
+
+@pytest.mark.parametrize("name,fn", CONJ_READS, ids=[c[0] for c in CONJ_READS])
+def test_conj_and_neg_views_read(name, fn):
+    check(fn, _cx(0), _cx(1))
+
+
+def test_writes_through_conj_views():
+    def prog(a, b):
+        a = a.clone()
+        a.conj().copy_(b)          # stores conj(b)
+        c = b.clone()
+        c.conj().mul_(2)           # in place through the conj view
+        d = b.clone()
+        d[1].conj().add_(1j)
+        return a, c, d
+
+    check(prog, _cx(0), _cx(1))
+
+
+def test_polar_gradient_uses_conj_views():
+    # polar's backward multiplies by grad.conj(): it was wrong when conj views were
+    a = torch.randn(5, requires_grad=True)
+    t = torch.randn(5, requires_grad=True)
+    y = torch.polar(a, t)
+    (y.real * 2 + y.imag * 3).sum().backward()
+    ad = a.detach().to(DEV).requires_grad_()
+    td = t.detach().to(DEV).requires_grad_()
+    yd = torch.polar(ad, td)
+    (yd.real * 2 + yd.imag * 3).sum().backward()
+    torch.testing.assert_close(ad.grad.cpu(), a.grad)
+    torch.testing.assert_close(td.grad.cpu(), t.grad)

@@ -207,7 +207,8 @@ class _Walk:
             if off:
                 self.offs.append(off)
                 off = -1
-            return (slot, t.dtype, t.shape, t.stride(), off, cell.dt, cell.numel)
+            return (slot, t.dtype, t.shape, t.stride(), off, cell.dt, cell.numel,
+                    t.is_conj(), t.is_neg())
         if t.is_cpu and t.dim() == 0:
             self.dyn.append(t)
             return ("cs", t.dtype)
@@ -443,10 +444,12 @@ class Entry:
                     if isinstance(grp, list):
                         for tgt, v in zip(grp, val):
                             slots[tgt[0]] = storage.write_view(
-                                slots[tgt[0]], _resolve(tgt[1], offs), _as_array(v))
+                                slots[tgt[0]], _resolve(tgt[1], offs),
+                                storage.apply_flags(_as_array(v), tgt[2]))
                     else:
                         slots[grp[0]] = storage.write_view(
-                            slots[grp[0]], _resolve(grp[1], offs), _as_array(val))
+                            slots[grp[0]], _resolve(grp[1], offs),
+                            storage.apply_flags(_as_array(val), grp[2]))
             return tuple(outs) + tuple(slots[s] for s in writes_slots)
 
         exe = Executable()
@@ -508,7 +511,7 @@ def _write_target(t, w, spec_of):
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location. Please clone() the tensor before performing the operation."
         )
-    return (slot, spec_of[id(t)])
+    return (slot, spec_of[id(t)], storage.view_flags(t))
 
 
 def _flatten_returns(meta, sch, mutating=False):
@@ -565,11 +568,12 @@ def _flatten_values(result, sch, mutating=False):
 
 # ---------------------------------------------------------------- templates
 class _Slot:
-    __slots__ = ("slot", "spec")
+    __slots__ = ("slot", "spec", "flags")
 
-    def __init__(self, slot, spec):
+    def __init__(self, slot, spec, flags=0):
         self.slot = slot
         self.spec = spec
+        self.flags = flags  # storage.view_flags: lazy conj / neg bits
 
 
 class _Dyn:
@@ -612,7 +616,7 @@ def _template(args, kwargs, sch, static, w):
                 off_i[0] += 1
             spec = (dtype, shape, strides, off)
             spec_of.setdefault(id(t), spec)
-            return _Slot(w.slots[id(storage.cell_of(t))], spec)
+            return _Slot(w.slots[id(storage.cell_of(t))], spec, storage.view_flags(t))
         d = _Dyn(dyn_i[0])
         dyn_i[0] += 1
         return d
@@ -655,7 +659,8 @@ def _template(args, kwargs, sch, static, w):
 def _fill(targs, tkw, slots, dyn, offs=()):
     def f(v):
         if isinstance(v, _Slot):
-            return storage.read_view(slots[v.slot], _resolve(v.spec, offs))
+            r = storage.read_view(slots[v.slot], _resolve(v.spec, offs))
+            return storage.apply_flags(r, v.flags) if v.flags else r
         if isinstance(v, _Dyn):
             return dyn[v.i]
         if isinstance(v, list):
@@ -1001,6 +1006,10 @@ def run_on_cpu(op, args, kwargs):
         c = torch.empty(0, dtype=t.dtype)
         c.set_(ent[0], t.storage_offset(), tuple(t.shape), t.stride())
         c.requires_grad_(False)
+        if t.is_conj():  # the stored values, seen through the same lazy bits
+            torch._C._set_conj(c, True)
+        if t.is_neg():
+            torch._C._set_neg(c, True)
         return c
 
     def conv(v):

@@ -394,6 +394,22 @@ def view_spec(t: torch.Tensor):
     return (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
 
+def view_flags(t: torch.Tensor) -> int:
+    """The lazy conjugate (1) and negative (2) bits of a view: its logical values are
+    conj(stored) / -stored.  Ops the Conjugate/Negative fallbacks pass through
+    (copy_, clone, mul, add, mm, ...) reach the kernels with these bits set."""
+    return (1 if t.is_conj() else 0) | (2 if t.is_neg() else 0)
+
+
+def apply_flags(v, flags: int):
+    """Logical values from stored ones (and, the maps being involutions, back)."""
+    if flags & 1:
+        v = jnp.conj(v)
+    if flags & 2:
+        v = -v
+    return v
+
+
 def _complex_part(dt):
     return {jnp.dtype(jnp.complex64): jnp.dtype(jnp.float32),
             jnp.dtype(jnp.complex128): jnp.dtype(jnp.float64)}.get(jnp.dtype(dt))

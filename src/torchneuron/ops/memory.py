@@ -121,13 +121,16 @@ def materialize(t: torch.Tensor):
     cell = storage.cell_of(t)
     arr = cell.arr
     dtype, shape, strides, off = storage.view_spec(t)
-    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0])
+    flags = storage.view_flags(t)
+    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], flags)
     f = _read_fns.get(key)
     if f is None:
         if off:
-            f = jax.jit(lambda a, o: storage.read_view(a, (dtype, shape, strides, o)))
+            f = jax.jit(lambda a, o: storage.apply_flags(
+                storage.read_view(a, (dtype, shape, strides, o)), flags))
         else:
-            f = jax.jit(lambda a: storage.read_view(a, (dtype, shape, strides, 0)))
+            f = jax.jit(lambda a: storage.apply_flags(
+                storage.read_view(a, (dtype, shape, strides, 0)), flags))
         _read_fns[key] = f
     if off:
         return f(arr, dispatch.dyn_scalar(off, cell.index))
@@ -163,13 +166,17 @@ def assign(dst: torch.Tensor, values) -> None:
             "single memory location. Please clone() the tensor before performing the operation.")
     arr = cell.arr
     dtype, shape, strides, off = storage.view_spec(dst)
-    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], values.shape, values.dtype)
+    flags = storage.view_flags(dst)
+    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], values.shape, values.dtype,
+           flags)
     f = _assign_fns.get(key)
     if f is None:
         if off:
-            f = jax.jit(lambda a, v, o: storage.write_view(a, (dtype, shape, strides, o), v))
+            f = jax.jit(lambda a, v, o: storage.write_view(
+                a, (dtype, shape, strides, o), storage.apply_flags(v, flags)))
         else:
-            f = jax.jit(lambda a, v: storage.write_view(a, (dtype, shape, strides, 0), v))
+            f = jax.jit(lambda a, v: storage.write_view(
+                a, (dtype, shape, strides, 0), storage.apply_flags(v, flags)))
         _assign_fns[key] = f
     if off:
         cell.arr = f(arr, values, dispatch.dyn_scalar(off, cell.index))
