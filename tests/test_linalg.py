@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import check
+from helpers import DEV, assert_same, check, native_only
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
@@ -312,3 +312,15 @@ def test_dense_linalg_empty():
     check(torch.linalg.det, torch.randn(2, 0, 0))
     check(torch.linalg.solve, torch.randn(2, 3, 3), torch.randn(2, 3, 0))
     check(torch.linalg.cholesky, torch.randn(0, 0))
+
+
+@pytest.mark.parametrize("shapes,dim", [(((4, 3, 5), (1, 3, 5)), 1), (((2, 3), (2, 3)), -1),
+                                        (((3,), (3,)), 0), (((5, 3), (5, 3)), 1)])
+def test_linalg_cross(shapes, dim):
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(s, generator=g) for s in shapes)
+    with native_only():
+        got = torch.linalg.cross(a.to(DEV), b.to(DEV), dim=dim)
+        got_t = torch.cross(a.to(DEV).double(), b.to(DEV).double(), dim=dim)
+    assert_same(got, torch.linalg.cross(a, b, dim=dim), atol=1e-6, rtol=1e-6)
+    assert_same(got_t, torch.cross(a.double(), b.double(), dim=dim))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import torchneuron
-from helpers import DEV, check
+from helpers import DEV, assert_same, check, native_only
 
 NAN = float("nan")
 INF = float("inf")
@@ -686,3 +686,23 @@ def test_grad_zeros_and_ties():
               lambda x: torch.linalg.vector_norm(x, INF, 1), lambda x: x.cumprod(1),
               lambda x: torch.linalg.vector_norm(x - 1, 2, 1), lambda x: x.std(1)):
         check(f, x.clone().requires_grad_(), grad=True, atol=1e-8, rtol=1e-8)
+
+
+ISIN = [
+    ("float_vs_float_nan", lambda: (torch.tensor([1., 2., float("nan"), 4., 5.]), torch.tensor([4., float("nan"), 1.]))),
+    ("float_vs_long", lambda: (torch.tensor([1., 2.5, 4.]), torch.tensor([4, 1, 7]))),
+    ("long_2d", lambda: (torch.arange(12).reshape(3, 4) % 5, torch.tensor([[0, 3], [9, 9]]))),
+    ("tensor_scalar", lambda: (torch.arange(6.0), 2.0)),
+    ("scalar_tensor", lambda: (3, torch.arange(6))),
+    ("empty_test_set", lambda: (torch.arange(6), torch.tensor([], dtype=torch.long))),
+]
+
+
+@pytest.mark.parametrize("name,make", ISIN, ids=[i[0] for i in ISIN])
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin(name, make, invert):
+    e, t = make()
+    dev = [v.to(DEV) if isinstance(v, torch.Tensor) else v for v in (e, t)]
+    with native_only():
+        got = torch.isin(*dev, invert=invert)
+    assert_same(got, torch.isin(e, t, invert=invert))

@@ -560,3 +560,14 @@ def _init():
 
 
 _init()
+
+
+# ---------------------------------------------------------------- cross product
+@lower("linalg_cross.default", static=("dim",))
+def linalg_cross(self, other, *, dim=-1):
+    dt = out_dtype()
+    a, b = jnp.broadcast_arrays(cast(self, dt), cast(other, dt))
+    d = dim % a.ndim
+    a0, a1, a2 = (lax.index_in_dim(a, i, d) for i in range(3))
+    b0, b1, b2 = (lax.index_in_dim(b, i, d) for i in range(3))
+    return jnp.concatenate([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=d)

@@ -1228,3 +1228,20 @@ def _register_kernels():
 
 
 _register_kernels()
+
+
+# ---------------------------------------------------------------- isin
+@lower("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor",
+       static=("assume_unique", "invert"))
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    # membership by binary search in the sorted test set (NaN is never a member)
+    e, t = jnp.asarray(elements), jnp.asarray(test_elements)
+    ct = jnp.result_type(e, t)
+    e, t = e.astype(ct), t.astype(ct).reshape(-1)
+    if t.size == 0:
+        found = jnp.zeros(e.shape, jnp.bool_)
+    else:
+        s = jnp.sort(t)
+        i = jnp.clip(jnp.searchsorted(s, e.reshape(-1)), 0, s.size - 1)
+        found = (s[i] == e.reshape(-1)).reshape(e.shape)
+    return ~found if invert else found
