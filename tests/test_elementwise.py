@@ -148,7 +148,8 @@ def test_logit(eps, dtype):
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_polygamma(n, dtype):
-    x = torch.cat([_rand((20,), dtype, 0.1, 10), torch.tensor([1.0, 2.5, 0.0, -1.5, -2.5, 30.0],
+    x = torch.cat([_rand((20,), dtype, 0.1, 10), torch.tensor([1.0, 2.5, 0.0, -1.5, -2.5, 30.0,
+                                                               -8.478, -0.3, -7.2, -3.7],
                                                               dtype=dtype)])
     # float32: PyTorch sums the zeta series in float32; at negative x both are approximate
     rtol = (1e-5 if n < 2 else 1e-3) if dtype == torch.float32 else 1e-9

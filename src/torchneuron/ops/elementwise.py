@@ -631,7 +631,20 @@ def zeta(x, q):
 def _zeta(x, q):
     """Hurwitz zeta with PyTorch's (Cephes') edge cases."""
     x, q = jnp.broadcast_arrays(x, q)
-    z = jsp.zeta(x, q)
+    # jax's zeta needs q > 0: for q < 0 (integer x), shift with
+    # zeta(x, q) = q^-x + zeta(x, q + 1) until q > 0 (as exact as the series)
+    shift = (q < 0) & jnp.isfinite(q) & (x == jnp.floor(x)) & (q != jnp.floor(q))
+
+    def cond(c):
+        return jnp.any(c[0] < 0)
+
+    def body(c):
+        qq, acc = c
+        m = qq < 0
+        return jnp.where(m, qq + 1, qq), acc + jnp.where(m, jnp.power(qq, -x), 0)
+
+    q0, acc = lax.while_loop(cond, body, (jnp.where(shift, q, 1), jnp.zeros_like(q)))
+    z = jnp.where(shift, acc + jsp.zeta(x, q0), jsp.zeta(x, q))
     inf = jnp.full_like(z, jnp.inf)
     nan = jnp.full_like(z, jnp.nan)
     qneg = q <= 0
