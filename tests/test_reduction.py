@@ -603,6 +603,14 @@ def test_cdist(p):
     check(lambda a, b: torch.cdist(a, b, p=p), y1, y2, grad=True, atol=1e-8, rtol=1e-8)
     check(lambda a, b: torch.cdist(a, b, p=p), _rand((6, 3), torch.float32), _rand((1, 4, 3), torch.float32),
           atol=1e-4, rtol=1e-4)
+    # broadcast batch dims (the backward returns the broadcast shape; autograd sums it)
+    z1 = _rand((2, 1, 3, 2), torch.float64).requires_grad_()
+    z2 = _rand((1, 4, 2), torch.float64).requires_grad_()
+    check(lambda a, b: torch.cdist(a, b, p=p), z1, z2, grad=True, atol=1e-8, rtol=1e-8)
+    # an empty broadcast batch
+    e1 = _rand((1, 4, 5), torch.float64).requires_grad_()
+    e2 = _rand((0, 3, 5), torch.float64).requires_grad_()
+    check(lambda a, b: torch.cdist(a, b, p=p), e1, e2, grad=True)
 
 
 def test_cdist_mm_path():

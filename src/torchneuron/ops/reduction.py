@@ -24,7 +24,7 @@ import torch
 from jax import lax
 
 from .. import runtime
-from ..lowering import LOWERINGS, cast, is_float, lower, out_dtype
+from ..lowering import LOWERINGS, cast, is_float, lower, out_dtype, out_meta
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
@@ -790,9 +790,11 @@ def cdist_backward(grad, x1, x2, p, cdist):
     dt = out_dtype() or x1.dtype
     acc = _acc(dt)
     x1, x2, grad, cdist = (cast(t, acc) for t in (x1, x2, grad, cdist))
-    if p == 0 or x1.size == 0 or x2.shape[-2] == 0:
-        return jnp.zeros(x1.shape, acc)
-    diff = _pdiff(x1, x2)  # (..., P, R, M)
+    # like CPU, the result has the broadcast batch shape (autograd sums it down to x1's)
+    shape = tuple(out_meta().shape)
+    if p == 0 or x1.size == 0 or x2.size == 0 or 0 in shape:
+        return jnp.zeros(shape, acc)
+    diff = _pdiff(x1, x2)  # (..., P, R, M), batch dims broadcast
     g = grad[..., None]
     dist = cdist[..., None]
     zero = jnp.zeros((), acc)
@@ -811,7 +813,7 @@ def cdist_backward(grad, x1, x2, p, cdist):
         r = g * jnp.sign(diff) * (1 - jnp.minimum(1, jnp.ceil(jnp.abs(jnp.abs(diff) - dist))))
     else:
         r = jnp.where(nz, diff * jnp.power(jnp.abs(diff), p - 2) * g / jnp.power(safe, p - 1), zero)
-    return jnp.sum(r, axis=-2)
+    return jnp.sum(r, axis=-2).reshape(shape)
 
 
 # ---------------------------------------------------------------- kernels that read back

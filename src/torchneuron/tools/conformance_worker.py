@@ -104,10 +104,17 @@ def _move_device_args(v, device):
     return v
 
 
-def _copy_sample(s, device, keep_grad=True):
+# positional arguments that PyTorch requires on the CPU whatever the device (CUDA raises
+# too); the OpInfo samples create them on the CPU, so they stay there
+KEEP_ON_CPU = {"tensor_split": (0,)}
+
+
+def _copy_sample(s, device, keep_grad=True, op_name=None):
     """A copy of sample `s` whose tensors are fresh leaves on `device`."""
     import torch
     from torch.testing._internal.opinfo.core import SampleInput
+
+    keep = KEEP_ON_CPU.get(op_name, ()) if device != "cpu" else ()
 
     def f(t):
         c = t.detach().to(device) if device != "cpu" else t.detach().clone()
@@ -117,7 +124,7 @@ def _copy_sample(s, device, keep_grad=True):
 
     with torch.no_grad():
         inp = _map(s.input, f)
-        args = tuple(_map(a, f) for a in s.args)
+        args = tuple(a if i in keep else _map(a, f) for i, a in enumerate(s.args))
         kwargs = {k: _map(v, f) for k, v in s.kwargs.items()}
     if device != "cpu":
         args = tuple(_move_device_args(a, device) for a in args)
@@ -322,7 +329,7 @@ def _run_sample(test, op, sample, device, values, backward, seed):
         rec["random"] = seeded.hit or "CPU generator"
 
     # -- forward on the device
-    dev_s = _copy_sample(sample, device, keep_grad=backward)
+    dev_s = _copy_sample(sample, device, keep_grad=backward, op_name=op.name)
     with _Fallbacks() as fb:
         try:
             actual = op(dev_s.input, *dev_s.args, **dev_s.kwargs)
