@@ -539,3 +539,12 @@ def test_polynomials(name, dtype):
     check(lambda nn: fn(0.4, nn), nv.to(dtype), **tol)  # Scalar x
     check(fn, torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=dtype))
     check(fn, x, torch.tensor([3, 1, 0, 7]).repeat(31)[:x.numel()], **tol)  # integer n
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_mul_div_by_python_scalar_bit_exact(dtype):
+    # CPU multiplies/divides by the scalar's float32 value (not the scalar rounded to the
+    # half dtype first): bit-exact agreement is expected
+    x = (torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    for f in (lambda a: a * 0.1, lambda a: 0.3 * a, lambda a: a / 3.3, lambda a: 1.7 / a):
+        assert torch.equal(f(x.to(DEV)).cpu(), f(x))

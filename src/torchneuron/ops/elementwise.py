@@ -173,6 +173,24 @@ def _cm(*xs):
     return _opmath(*_compute(*xs))
 
 
+def _scalar_opmath(*xs):
+    """Operands for mul/div: for half results, a Python-number operand goes to float32
+    directly (PyTorch's CPU kernels read its original value as opmath, never rounding
+    it to the half dtype first; add/sub do round it first); others as `_compute`.  None if not a half
+    result (then `_compute` is exact)."""
+    dt = out_dtype()
+    if dt not in _HALF:
+        return None
+    out = []
+    for x in xs:
+        x = jnp.asarray(x)
+        if x.ndim == 0 and getattr(x, "weak_type", False) and not _is_complex(x.dtype):
+            out.append(x.astype(jnp.float32))
+        else:
+            out.append(cast(x, dt).astype(jnp.float32))
+    return out
+
+
 def _cmp_dtype(a, b):
     """The dtype PyTorch compares in: the promoted type of the operands."""
     return jnp.result_type(jnp.asarray(a), jnp.asarray(b))
@@ -218,12 +236,18 @@ def rsub(x, y, alpha=1):
 
 @lower("mul.Tensor", "mul.Scalar")
 def mul(x, y):
+    h = _scalar_opmath(x, y)
+    if h is not None:
+        return h[0] * h[1]
     x, y = _compute(x, y)
     return x * y if x.dtype != jnp.bool_ else x & y
 
 
 @lower("div.Tensor", "div.Scalar")
 def div(x, y):
+    h = _scalar_opmath(x, y)
+    if h is not None:
+        return h[0] / h[1]
     x, y = _compute(x, y)
     return x / y
 
