@@ -17,6 +17,15 @@ import torchneuron
 DEV = torch.device("neuron:0")
 
 
+def rand_of(shape, dtype=torch.float32):
+    """Random CPU values of any dtype: normal floats, ints in [-9, 9], fair bools."""
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(shape, dtype=dtype)
+    return torch.randint(-9, 10, shape, dtype=dtype)
+
+
 def to_dev(x, device=DEV):
     if isinstance(x, torch.Tensor):
         y = x.detach().to(device)

@@ -5,18 +5,13 @@ import torch
 import torch.nn.functional as F
 
 import torchneuron
-from helpers import DEV, check
+from helpers import DEV, check, rand_of
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32, torch.bool]
 FLOATS = [torch.float32, torch.float64]
 
 
-def _rand(shape, dtype=torch.float32):
-    if dtype == torch.bool:
-        return torch.rand(shape) > 0.5
-    if dtype.is_floating_point or dtype.is_complex:
-        return torch.randn(shape, dtype=dtype)
-    return torch.randint(-9, 10, shape, dtype=dtype)
+_rand = rand_of
 
 
 def _grad(dtype):
@@ -130,11 +125,14 @@ WRITES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("name,fn", WRITES, ids=[w[0] for w in WRITES])
+# `+=` on bool tensors is not defined (CPU raises too): those pairs are not generated
+SETITEM_CASES = [(n, f, d) for n, f in WRITES for d in DTYPES
+                 if not (d == torch.bool and "iadd" in n)]
+
+
+@pytest.mark.parametrize("name,fn,dtype", SETITEM_CASES,
+                         ids=[f"{n}-{d}" for n, _, d in SETITEM_CASES])
 def test_setitem(name, fn, dtype):
-    if dtype == torch.bool and "iadd" in name:
-        pytest.skip("bool += is not defined")
     x = _leaf(_rand((6, 4), dtype))
     v = _leaf(_rand((6, 4), dtype))
     check(fn, x, v, grad=_grad(dtype))
@@ -249,17 +247,20 @@ def test_scatter(dtype, dim):
     check(lambda x, s, i: x.t().scatter(1 - dim, i.t(), s.t()), x, src, idx, grad=g)
 
 
+def _reduce_operands(xshape, sshape, dtype):
+    """Operands for reducing scatters: floats in [0.5, 1.5) keep prod gradients well
+    conditioned and ties out of amax/amin."""
+    if dtype.is_floating_point:
+        return torch.rand(xshape, dtype=dtype) + 0.5, torch.rand(sshape, dtype=dtype) + 0.5
+    return _rand(xshape, dtype), _rand(sshape, dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32],
                          ids=str)
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("reduce", SCATTER_REDUCES)
 def test_scatter_reduce(reduce, include_self, dtype):
-    x = _rand((4, 5), dtype)
-    src = _rand((6, 5), dtype)
-    if dtype.is_floating_point:
-        # keep prod gradients well conditioned and ties out of amax/amin
-        x = torch.rand(4, 5, dtype=dtype) + 0.5
-        src = torch.rand(6, 5, dtype=dtype) + 0.5
+    x, src = _reduce_operands((4, 5), (6, 5), dtype)
     idx = torch.randint(0, 4, (6, 5))
     g = _grad(dtype)
     check(lambda x, s, i: x.scatter_reduce(0, i, s, reduce, include_self=include_self),
@@ -327,11 +328,7 @@ def test_index_fill_bool_and_0d():
 @pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64], ids=str)
 def test_index_reduce(reduce, include_self, dtype):
-    x = _rand((5, 3), dtype)
-    src = _rand((4, 3), dtype)
-    if dtype.is_floating_point:
-        x = torch.rand(5, 3, dtype=dtype) + 0.5
-        src = torch.rand(4, 3, dtype=dtype) + 0.5
+    x, src = _reduce_operands((5, 3), (4, 3), dtype)
     idx = _i(0, 4, 0, 2)
     g = _grad(dtype)
     check(lambda x, s, i: x.index_reduce(0, i, s, reduce, include_self=include_self),
@@ -517,21 +514,38 @@ OOB = [
 ]
 
 
-@pytest.mark.parametrize("where", ["neuron", "cpu"])
-@pytest.mark.parametrize("name,fn,exc,msg", OOB, ids=[o[0] for o in OOB])
-def test_out_of_range(name, fn, exc, msg, where):
+# index tensors on the device, and (indexing only: other ops refuse a CPU index tensor
+# for a device tensor, see test_cpu_index_tensor_for_device_op) on the CPU
+OOB_CASES = [(o, "neuron") for o in OOB] + [(o, "cpu") for o in OOB
+                                           if o[0].startswith(("getitem", "setitem"))]
+
+
+@pytest.mark.parametrize("case,where", OOB_CASES, ids=[f"{o[0]}-{w}" for o, w in OOB_CASES])
+def test_out_of_range(case, where):
+    name, fn, exc, msg = case
     x = torch.randn(5, 4)
     i = torch.tensor([0, 10])
     with pytest.raises(exc, match=msg):
         fn(x.clone(), i)  # PyTorch's own error on CPU
     xd = x.to(DEV)
     idev = i.to(DEV) if where == "neuron" else i
-    if where == "cpu" and not name.startswith(("getitem", "setitem")):
-        pytest.skip("only indexing accepts CPU index tensors for a device tensor")
     with torchneuron.fallback_policy("error"):
         with pytest.raises(exc, match=msg):
             fn(xd, idev)
     torch.testing.assert_close(xd.cpu(), x)  # nothing was written
+
+
+# (gather_neg makes its own out-of-range index: not a device question)
+CPU_INDEX_OPS = [o for o in OOB if not o[0].startswith(("getitem", "setitem", "gather_neg"))]
+
+
+@pytest.mark.parametrize("case", CPU_INDEX_OPS, ids=[o[0] for o in CPU_INDEX_OPS])
+def test_cpu_index_tensor_for_device_op(case):
+    # like CUDA: a (non-0-d) CPU index tensor is a device mismatch outside Python indexing
+    fn = case[1]
+    xd = torch.randn(5, 4, device=DEV)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        fn(xd, torch.tensor([0, 1]))
 
 
 def test_index_errors():

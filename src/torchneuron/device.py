@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import weakref
 from dataclasses import dataclass
 
 import numpy as np

@@ -57,12 +57,35 @@ def resolve(name):
     return getattr(packet, overload or "default")
 
 
-def lower(*names, static=(), random=False):
+_meta_lib = None
+
+
+def meta_kernel(name: str, fn, replace: bool = False) -> None:
+    """Register fn as the Meta kernel of aten::name (an overload name such as
+    "foo" or "foo.out").  The executable builder asks PyTorch's meta kernel for result
+    shapes and dtypes; some ops (CUDA-only ones, data-dependent ones) have none, a few
+    have a broken one (`replace=True` overrides it for the whole process)."""
+    global _meta_lib
+    import warnings
+
+    qual = name if "::" in name else f"aten::{name}"
+    if not replace and torch._C._dispatch_has_kernel_for_dispatch_key(qual, "Meta"):
+        return
+    if _meta_lib is None:
+        _meta_lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        _meta_lib.impl(qual.split("::", 1)[1], fn, "Meta")
+
+
+def lower(*names, static=(), random=False, probe=False):
     """Decorator: register `fn` as the lowering of each named aten overload.
 
     static: names of Scalar arguments that must be compile-time constants
       (they decide an output shape or a cheaper algorithm).
     random: the lowering draws random numbers with :func:`rng_key`.
+    probe: check the argument dtypes against PyTorch's CPU kernel at trace time
+      (probe.py), for ops whose meta kernel accepts dtypes the kernels reject.
     """
 
     def deco(fn):
@@ -71,10 +94,26 @@ def lower(*names, static=(), random=False):
                 op = resolve(n)
             except AttributeError:
                 continue  # overload absent in this torch version
-            LOWERINGS[op] = Lowering(op, fn, static, random)
+            if composite_only(op):
+                continue
+            f = fn
+            if probe:
+                from .probe import probed
+
+                f = probed(op, fn)
+            LOWERINGS[op] = Lowering(op, f, static, random)
         return fn
 
     return deco
+
+
+def composite_only(op) -> bool:
+    """A CompositeImplicitAutograd op without a CPU kernel of its own (square, ...): it
+    runs as its decomposition on every backend, and a backend kernel would hide that
+    decomposition from autograd (no gradient), so it is never lowered."""
+    name = op.name()
+    return (torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"))
 
 
 def get(op):

@@ -15,146 +15,15 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 from jax import lax
 
-import torch
-
-from ..lowering import cast, is_float, out_dtype, resolve
+from ..lowering import cast, is_float, out_dtype
 from ..lowering import lower as _lower_plain
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
-# ---------------------------------------------------------------- dtype support
-# PyTorch's kernels reject some dtypes (``"frac_cpu" not implemented for 'Long'``)
-# after the meta kernel has accepted them.  At trace time (once per executable)
-# each lowering runs PyTorch's own kernel on empty CPU tensors of the same
-# dtypes and re-raises its NotImplementedError; no data is involved.
-_TORCH_DT = {jnp.dtype(k): v for k, v in {
-    jnp.float32: torch.float32, jnp.float64: torch.float64, jnp.float16: torch.float16,
-    jnp.bfloat16: torch.bfloat16, jnp.int64: torch.int64, jnp.int32: torch.int32,
-    jnp.int16: torch.int16, jnp.int8: torch.int8, jnp.uint8: torch.uint8, jnp.bool_: torch.bool,
-    jnp.complex64: torch.complex64, jnp.complex128: torch.complex128,
-    jnp.uint16: torch.uint16, jnp.uint32: torch.uint32, jnp.uint64: torch.uint64}.items()}
-_probe_cache: dict = {}
 
-
-def _probe_arg(v, scalar=False):
-    if isinstance(v, (list, tuple)):
-        return type(v)(_probe_arg(x) for x in v)
-    if not hasattr(v, "dtype") or not hasattr(v, "shape"):
-        return v
-    dt = jnp.dtype(v.dtype)
-    tdt = _TORCH_DT.get(dt)
-    if tdt is None:
-        raise _NoProbe
-    if (scalar or getattr(v, "weak_type", False)) and v.ndim == 0:  # a Python number
-        return (True if dt == jnp.bool_ else 1 if jnp.issubdtype(dt, jnp.integer) else
-                1j if jnp.issubdtype(dt, jnp.complexfloating) else 1.0)
-    return torch.ones((), dtype=tdt) if v.ndim == 0 else torch.empty((0,) * v.ndim, dtype=tdt)
-
-
-class _NoProbe(Exception):
-    pass
-
-
-def _tensor_slots(op):
-    slots = _slot_cache.get(op)
-    if slots is None:
-        slots = _slot_cache[op] = {a.name: i for i, a in enumerate(op._schema.arguments)
-                                   if isinstance(a.type, torch.TensorType)}
-    return slots
-
-
-_slot_cache: dict = {}
-
-
-def _as_tensor_slot(v):
-    # a wrapped number in a Tensor argument: a 0-d tensor of its kind
-    return torch.tensor(v) if isinstance(v, (bool, int, float, complex)) else v
-
-
-def _probe(op, args, kwargs):
-    slots = _tensor_slots(op)
-    idx = set(slots.values())
-    try:
-        pargs = [_probe_arg(a, i not in idx) for i, a in enumerate(args)]
-        pkw = {k: _probe_arg(v, k not in slots) for k, v in kwargs.items()}
-    except _NoProbe:
-        return
-    pargs = [_as_tensor_slot(a) if i in idx else a for i, a in enumerate(pargs)]
-    pkw = {k: _as_tensor_slot(v) if k in slots else v for k, v in pkw.items()}
-    key = (op, tuple(_probe_sig(a) for a in pargs), tuple((k, _probe_sig(v)) for k, v in pkw.items()))
-    err = _probe_cache.get(key, 0)
-    if err == 0:
-        err = None
-        try:
-            op(*pargs, **pkw)
-        except NotImplementedError as e:
-            err = (NotImplementedError, str(e).split("\n")[0])
-        except RuntimeError as e:
-            # a type rule, unless a value is at fault: retry with only empty tensors
-            if _runtime_error_without_values(op, pargs, pkw):
-                err = (RuntimeError, str(e).split("\n")[0])
-        except Exception:  # noqa: BLE001  (values matter there: not a dtype question)
-            pass
-        _probe_cache[key] = err
-    if err is not None:
-        raise err[0](err[1])
-
-
-def _runtime_error_without_values(op, pargs, pkw):
-    def empty(v):
-        if isinstance(v, torch.Tensor) and v.dim() == 0:
-            return torch.empty((0,), dtype=v.dtype)
-        return v
-
-    try:
-        op(*[empty(a) for a in pargs], **{k: empty(v) for k, v in pkw.items()})
-    except RuntimeError:
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-    return False
-
-
-def _probe_sig(v):
-    if isinstance(v, torch.Tensor):
-        return (v.dtype, v.dim())
-    if isinstance(v, (list, tuple)):
-        return tuple(_probe_sig(x) for x in v)
-    return type(v) if isinstance(v, (bool, int, float, complex)) else v
-
-
+# Every elementwise lowering checks PyTorch's dtype support at trace time (probe.py).
 def lower(*names, static=()):
-    """`lowering.lower`, with PyTorch's dtype support checked at trace time."""
-
-    def deco(fn):
-        for n in names:
-            try:
-                op = resolve(n)
-            except AttributeError:
-                continue
-            if _composite_only(op):
-                continue
-            _lower_plain(n, static=static)(_probed(op, fn))
-        return fn
-
-    return deco
-
-
-def _composite_only(op):
-    """A CompositeImplicitAutograd op without a CPU kernel of its own: a backend kernel
-    would hide its decomposition from autograd (no gradient), so it is not lowered."""
-    name = op.name()
-    return (torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
-            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"))
-
-
-def _probed(op, fn):
-    def wrapped(*args, **kwargs):
-        _probe(op, args, kwargs)
-        return fn(*args, **kwargs)
-
-    wrapped.__name__ = getattr(fn, "__name__", "lowering")
-    return wrapped
+    return _lower_plain(*names, static=static, probe=True)
 
 
 def _compute(*xs, dt=None):

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import torch
-from jax import lax
 
 from .. import lowering
-from ..lowering import LOWERINGS, convert, lower, out_meta, resolve
+from ..lowering import LOWERINGS, convert, lower, meta_kernel, out_meta, resolve
 
 aten = torch.ops.aten
 
@@ -398,20 +397,14 @@ def _register():
 
     # fused in-place optimizer ops without a Meta kernel: a no-op one (they return nothing),
     # so the executable builder (and FakeTensor tracing) can run them
-    meta_lib = None
     for name in ("_fused_sgd_.default", "_fused_sgd_.tensor_lr", "_fused_adagrad_.default",
                  "_fused_adagrad_.tensor_lr", "_fused_adamw_.default", "_fused_adamw_.tensor_lr",
                  "_fused_adam_.default", "_fused_adam_.tensor_lr"):
         try:
-            op = resolve(name)
+            resolve(name)
         except AttributeError:
             continue
-        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"):
-            continue
-        if meta_lib is None:
-            meta_lib = torch.library.Library("aten", "IMPL")
-            _keep.append(meta_lib)
-        meta_lib.impl(name.removesuffix(".default"), _noop_meta, "Meta")
+        meta_kernel(name.removesuffix(".default"), _noop_meta)
 
     # _foreach_addc{mul,div}.Tensor: PyTorch reads the packed scalars (a CPU tensor) on the
     # host and runs the ScalarList overload; so do we
@@ -422,9 +415,6 @@ def _register():
             target = packet.ScalarList
             dispatch.register_kernel(op, _tensor_scalars_kernel(target))
     register_out_kernels()
-
-
-_keep: list = []
 
 
 def register_out_kernels():

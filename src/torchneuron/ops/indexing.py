@@ -28,7 +28,7 @@ import torch
 from jax import lax
 
 from .. import dispatch, storage
-from ..lowering import LOWERINGS, cast, lower, out_dtype, out_meta, resolve
+from ..lowering import LOWERINGS, cast, lower, out_meta, resolve
 
 aten = torch.ops.aten
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..lowering import cast, lower, out_dtype, out_meta
+from ..lowering import cast, lower, meta_kernel, out_dtype, out_meta
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -363,28 +363,8 @@ def cholesky(A, upper=False):
     return L
 
 
-@lower("cholesky_inverse.default")
-def cholesky_inverse(L, upper=False):
-    n = L.shape[-1]
-    eye = jnp.broadcast_to(jnp.eye(n, dtype=L.dtype), L.shape)
-    # (L L^H)^{-1} = L^{-H} L^{-1}
-    lower_ = not upper
-    cplx = jnp.issubdtype(L.dtype, jnp.complexfloating)
-    # A = L L^H (lower) or U^H U (upper): solve A X = I with two triangular solves
-    if lower_:
-        y = _linalg.triangular_solve(L, eye, left_side=True, lower=True)
-        return _linalg.triangular_solve(L, y, left_side=True, lower=True, transpose_a=True,
-                                        conjugate_a=cplx)
-    y = _linalg.triangular_solve(L, eye, left_side=True, lower=False, transpose_a=True,
-                                 conjugate_a=cplx)
-    return _linalg.triangular_solve(L, y, left_side=True, lower=False)
-
-
-@lower("_cholesky_solve_helper.default")
-def cholesky_solve_helper(B, L, upper):
-    batch = jnp.broadcast_shapes(B.shape[:-2], L.shape[:-2])
-    B = jnp.broadcast_to(B, batch + B.shape[-2:])
-    L = jnp.broadcast_to(L, batch + L.shape[-2:])
+def _chol_solve(L, B, upper):
+    """A X = B for A = L L^H (lower) or U^H U (upper): two triangular solves."""
     cplx = jnp.issubdtype(L.dtype, jnp.complexfloating)
     if not upper:
         y = _linalg.triangular_solve(L, B, left_side=True, lower=True)
@@ -393,6 +373,20 @@ def cholesky_solve_helper(B, L, upper):
     y = _linalg.triangular_solve(L, B, left_side=True, lower=False, transpose_a=True,
                                  conjugate_a=cplx)
     return _linalg.triangular_solve(L, y, left_side=True, lower=False)
+
+
+@lower("cholesky_inverse.default")
+def cholesky_inverse(L, upper=False):
+    eye = jnp.broadcast_to(jnp.eye(L.shape[-1], dtype=L.dtype), L.shape)
+    return _chol_solve(L, eye, upper)
+
+
+@lower("_cholesky_solve_helper.default")
+def cholesky_solve_helper(B, L, upper):
+    batch = jnp.broadcast_shapes(B.shape[:-2], L.shape[:-2])
+    B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    L = jnp.broadcast_to(L, batch + L.shape[-2:])
+    return _chol_solve(L, B, upper)
 
 
 @lower("linalg_solve_triangular.default")
@@ -537,7 +531,7 @@ def _register_kernels():
 
     op = aten.linalg_lstsq.default
     if op not in dispatch._registered:
-        _meta_lib.impl("linalg_lstsq", _lstsq_meta, "Meta")
+        meta_kernel("linalg_lstsq", _lstsq_meta, replace=True)
         entry = dispatch.Entry(op, LOWERINGS[op], "functional")
 
         def lstsq_kernel(A, B, rcond=None, *, driver=None):
@@ -548,18 +542,7 @@ def _register_kernels():
         dispatch.register_kernel(op, lstsq_kernel)
 
 
-_meta_lib = None
-
-
-def _init():
-    global _meta_lib
-    import torch
-
-    _meta_lib = torch.library.Library("aten", "IMPL")
-    _register_kernels()
-
-
-_init()
+_register_kernels()
 
 
 # ---------------------------------------------------------------- cross product

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..lowering import cast, lower, out_dtype
+from ..lowering import cast, lower, meta_kernel, out_dtype
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 NONE, MEAN, SUM = 0, 1, 2
@@ -291,20 +291,11 @@ def multilabel_margin_loss_backward(grad_output, x, target, reduction, is_target
 # ---------------------------------------------------------------- meta kernels
 # PyTorch has no meta kernel for these two backward ops; the dispatcher needs
 # one to learn the result's dtype and shape (the gradient has self's).
-_meta_lib = None
-
-
 def _grad_like_self_meta(name):
-    global _meta_lib
-    if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
-        return
-    if _meta_lib is None:
-        _meta_lib = torch.library.Library("aten", "IMPL")
-
     def meta(grad_output, self, *args, **kwargs):
         return torch.empty_like(self, memory_format=torch.contiguous_format)
 
-    _meta_lib.impl(name, meta, "Meta")
+    meta_kernel(name, meta)
 
 
 _grad_like_self_meta("multi_margin_loss_backward")

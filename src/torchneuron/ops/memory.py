@@ -6,11 +6,9 @@ storage); allocation and copies talk to ``storage`` directly.
 """
 from __future__ import annotations
 
-import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 
 from .. import dispatch, lowering, runtime, storage

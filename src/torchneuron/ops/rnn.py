@@ -19,9 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import nn as jnn
 
-import torch
-
-from ..lowering import cast, lower
+from ..lowering import lower, meta_kernel
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
@@ -35,69 +33,38 @@ def _bias(b):
 
 
 # ---------------------------------------------------------------- meta kernels
-# PyTorch has none for the GRU cell ops (CUDA-only ops); the dispatcher needs
-# them for result shapes and dtypes.
-_meta_lib = None
+# PyTorch has none for the GRU cell ops (CUDA-only ops), and its LSTM cell one fails
+# on bias=None (it reads None.device); the executable builder needs them.
+def _cell_meta(name, ngates, nstates, nwork):
+    def meta(input_gates, hidden_gates, state, input_bias=None, hidden_bias=None):
+        if input_gates.dim() != 2 or input_gates.shape != hidden_gates.shape:
+            raise RuntimeError(f"{name}: input_gates and hidden_gates must be 2-D and of the "
+                               "same size")
+        n, hg = input_gates.shape
+        hsz = hg // ngates
+        if hg % ngates or tuple(state.shape) != (n, hsz):
+            raise RuntimeError(f"{name}: the state has size {list(state.shape)}, expected "
+                               f"{[n, hsz]}")
+        # (hy[, cy], workspace of nwork * hidden columns)
+        return (*(state.new_empty((n, hsz)) for _ in range(nstates)),
+                state.new_empty((n, nwork * hsz)))
 
-
-def _meta(name, fn):
-    global _meta_lib
-    if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
-        return
-    if _meta_lib is None:
-        _meta_lib = torch.library.Library("aten", "IMPL")
-    _meta_lib.impl(name, fn, "Meta")
-
-
-def _gru_cell_meta(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
-    if input_gates.dim() != 2 or input_gates.shape != hidden_gates.shape:
-        raise RuntimeError("_thnn_fused_gru_cell: input_gates and hidden_gates must be 2-D and "
-                           "of the same size")
-    n, h3 = input_gates.shape
-    if h3 % 3 or tuple(hx.shape) != (n, h3 // 3):
-        raise RuntimeError(f"_thnn_fused_gru_cell: hx has size {list(hx.shape)}, expected "
-                           f"{[n, h3 // 3]}")
-    hsz = h3 // 3
-    return hx.new_empty((n, hsz)), hx.new_empty((n, 5 * hsz))
+    return meta
 
 
 def _gru_cell_backward_meta(grad_hy, workspace, has_bias):
     n, h5 = workspace.shape
     hsz = h5 // 5
-    gi = workspace.new_empty((n, 3 * hsz))
-    gh = workspace.new_empty((n, 3 * hsz))
-    ghx = workspace.new_empty((n, hsz))
+    grads = (workspace.new_empty((n, 3 * hsz)), workspace.new_empty((n, 3 * hsz)),
+             workspace.new_empty((n, hsz)))
     if not has_bias:  # undefined bias gradients, as CUDA returns
-        return gi, gh, ghx, None, None
-    return gi, gh, ghx, workspace.new_empty((3 * hsz,)), workspace.new_empty((3 * hsz,))
+        return (*grads, None, None)
+    return (*grads, workspace.new_empty((3 * hsz,)), workspace.new_empty((3 * hsz,)))
 
 
-def _lstm_cell_meta(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
-    # PyTorch's own meta kernel fails on bias=None (it reads None.device)
-    if input_gates.dim() != 2 or input_gates.shape != hidden_gates.shape:
-        raise RuntimeError("_thnn_fused_lstm_cell: input_gates and hidden_gates must be 2-D and "
-                           "of the same size")
-    n, h4 = input_gates.shape
-    if h4 % 4 or tuple(cx.shape) != (n, h4 // 4):
-        raise RuntimeError(f"_thnn_fused_lstm_cell: cx has size {list(cx.shape)}, expected "
-                           f"{[n, h4 // 4]}")
-    return cx.new_empty((n, h4 // 4)), cx.new_empty((n, h4 // 4)), cx.new_empty((n, h4))
-
-
-def _override_meta(name, fn):
-    global _meta_lib
-    if _meta_lib is None:
-        _meta_lib = torch.library.Library("aten", "IMPL")
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _meta_lib.impl(name, fn, "Meta")
-
-
-_override_meta("_thnn_fused_lstm_cell", _lstm_cell_meta)
-_meta("_thnn_fused_gru_cell", _gru_cell_meta)
-_meta("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta)
+meta_kernel("_thnn_fused_lstm_cell", _cell_meta("_thnn_fused_lstm_cell", 4, 2, 4), replace=True)
+meta_kernel("_thnn_fused_gru_cell", _cell_meta("_thnn_fused_gru_cell", 3, 1, 5))
+meta_kernel("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta)
 
 
 # ---------------------------------------------------------------- LSTM

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..lowering import cast, lower, out_dtype
+from ..lowering import cast, lower
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
