@@ -23,6 +23,8 @@ def _register() -> None:
 
     from . import device, dispatch, runtime  # noqa: F401  (runtime turns on x64)
 
+    runtime.watch_compiles()
+
     if torch._C._get_privateuse1_backend_name() != "neuron":
         if torch._C._get_privateuse1_backend_name() != "privateuseone":
             raise RuntimeError(

@@ -29,11 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
-from torch._C import DispatchKey, DispatchKeySet
 
 from . import lowering, runtime, storage
 from .lowering import LOWERINGS
-from .storage import CPU_KEYS
 
 aten = torch.ops.aten
 Tensor = torch.Tensor
@@ -358,6 +356,7 @@ class Entry:
     # the slow path ------------------------------------------------------
     def build(self, key, args, kwargs, w):
         _cache_misses[self.name] += 1
+        runtime.maybe_release_executables()
         index = w.index if w.index is not None else _current_device()
         sch = self.schema
         meta_args, meta_kwargs = _to_meta(args, kwargs)

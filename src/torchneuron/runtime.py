@@ -137,3 +137,106 @@ def numpy_to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     if via is not None:
         return torch.from_numpy(a.view(TORCH_TO_JAX[via])).view(dtype)
     return torch.from_numpy(a)
+
+
+# ---------------------------------------------------------------- executable memory
+# Every XLA executable that jax keeps alive holds a few memory mappings (XLA:CPU
+# JITs each kernel into mappings of its own: about 3 for a small elementwise op,
+# more for bigger ones).  jax's caches, and the jitted functions that the eager
+# executable caches hold, keep thousands of them alive; past the kernel's
+# vm.max_map_count (65530 by default) LLVM's next allocation fails and the process
+# dies with a segmentation fault inside the XLA compiler.  So every XLA compile is
+# counted (jax's monitoring event), and every CHECK_EVERY compiles a safe point
+# (the start of an eager executable build or a graph compile) reads the process's
+# mapping count; past MAPS_FRACTION of the limit, all executables are released
+# with jax.clear_caches() (the jitted functions stay valid and recompile on their
+# next call).  Where /proc is not readable, a plain count of compiles since the
+# last release (TORCHNEURON_MAX_LIVE_EXECUTABLES) decides instead.
+import logging as _logging
+
+_log = _logging.getLogger("torchneuron")
+CHECK_EVERY = 128
+MAPS_FRACTION = float(os.environ.get("TORCHNEURON_MAPS_FRACTION", "0.5"))
+MAX_LIVE_EXECUTABLES = int(os.environ.get("TORCHNEURON_MAX_LIVE_EXECUTABLES", "4096"))
+
+
+class _ExeStats:
+    compiles = 0        # XLA compiles seen (jax's backend_compile events)
+    since_release = 0   # compiles since the last release
+    next_check = CHECK_EVERY
+    releases = 0        # times every executable was released
+    last_maps = None    # mapping count at the last check
+
+
+EXE_STATS = _ExeStats()
+_listening = False
+
+
+def _on_duration(event, duration_secs=None, **kwargs):
+    if event.endswith("backend_compile_duration"):
+        EXE_STATS.compiles += 1
+        EXE_STATS.since_release += 1
+
+
+def watch_compiles() -> None:
+    """Count XLA compiles (once per process)."""
+    global _listening
+    if _listening:
+        return
+    _listening = True
+    try:
+        from jax import monitoring
+
+        monitoring.register_event_duration_secs_listener(_on_duration)
+    except Exception:  # noqa: BLE001  (an old jax without the hook: no counting)
+        pass
+
+
+def _read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+_map_limit = _read_int("/proc/sys/vm/max_map_count")
+
+
+def map_count():
+    """This process's memory mappings (None where /proc is not readable)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+def maybe_release_executables() -> bool:
+    """At a safe point: release every executable when the process nears its limits."""
+    st = EXE_STATS
+    if st.compiles < st.next_check:
+        return False
+    st.next_check = st.compiles + CHECK_EVERY
+    n = map_count() if _map_limit else None
+    st.last_maps = n
+    if n is not None:
+        full = n > MAPS_FRACTION * _map_limit
+    else:
+        full = st.since_release > MAX_LIVE_EXECUTABLES
+    if full:
+        release_executables(reason=f"{n} memory mappings of {_map_limit}" if n is not None
+                            else f"{st.since_release} compiles")
+    return full
+
+
+def release_executables(reason: str = "asked") -> None:
+    """Drop every compiled executable jax holds (eager ones recompile when next used;
+    torch.compile graphs keep their own)."""
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+    EXE_STATS.releases += 1
+    EXE_STATS.since_release = 0
+    _log.info("torchneuron: released all cached XLA executables (%s)", reason)

@@ -524,6 +524,7 @@ class CompiledGraph:
         jitted = jax.jit(traced, out_shardings=sharding, donate_argnums=donate)
         from . import cache
 
+        runtime.maybe_release_executables()
         with cache.compiling():
             t0 = time.perf_counter()
             lowered = jitted.trace(*sample).lower()
