@@ -9,8 +9,9 @@ more backward).  Here its AutogradPrivateUse1 kernel sends the common cases
 for out-of-tree backends: lowered below as one jax computation, with its own
 backward op (which autograd already knows).  Everything else (dropout > 0,
 other ranks, broadcast batch dims, nested tensors) runs PyTorch's own math
-decomposition, natively op by op.  ``TORCHNEURON_SDPA=math`` turns the fused
-path off.
+decomposition, natively op by op, and so does everything under forward-mode AD
+(the fused op has no forward-mode formula; CPU's flash kernel has none either).
+``TORCHNEURON_SDPA=math`` turns the fused path off.
 
 Numerics follow PyTorch's CPU flash kernel: scores and softmax in float32 for
 half types (the probabilities rounded to the input type for the second
@@ -141,8 +142,16 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
 _MODE = os.environ.get("TORCHNEURON_SDPA", "fused").strip().lower()
 
 
+def _forward_ad_active():
+    """A dual level is open (torch.autograd.forward_ad or torch.func.jvp): the fused op has
+    no forward-mode formula, the math decomposition's ops all do."""
+    from torch.autograd import forward_ad
+
+    return getattr(forward_ad, "_current_level", -1) >= 0
+
+
 def _fusable(q, k, v, attn_mask, dropout_p, enable_gqa):
-    if _MODE == "math" or dropout_p > 0.0:
+    if _MODE == "math" or dropout_p > 0.0 or _forward_ad_active():
         return False
     if q.is_nested or k.is_nested or v.is_nested:
         return False
