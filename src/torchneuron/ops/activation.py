@@ -368,8 +368,8 @@ def glu_backward(grad_output, self, dim):
 
 # ---------------------------------------------------------------- softmax
 def _softmax_impl(x, dim, log):
-    if x.ndim == 0:
-        return jnp.zeros_like(x) if log else jnp.ones_like(x)
+    if x.ndim == 0:  # one row of one element, as CPU: +-inf and NaN give NaN
+        return _softmax_impl(x.reshape(1), 0, log).reshape(())
     d = canon_dim(dim, x.ndim)
     if x.shape[d] == 0:
         return x
@@ -395,17 +395,15 @@ def log_softmax(x, dim, half_to_float):
 
 
 def _red_dim(x, dim):
-    if x.ndim == 0:
-        return None
-    return canon_dim(dim, x.ndim)
+    return 0 if x.ndim == 0 else canon_dim(dim, x.ndim)
 
 
 @lower("_softmax_backward_data.default")
 def softmax_backward_data(grad_output, output, dim, input_dtype):
     g, y = _up(grad_output, output, dt=jnp.result_type(grad_output, output))
-    d = _red_dim(y, dim)
-    if d is None:
-        return g * 0
+    d = _red_dim(y, dim)  # a 0-d tensor reduces over itself (sum over no axis is itself)
+    if y.ndim == 0:
+        return y * (g - g * y)
     return y * (g - jnp.sum(g * y, axis=d, keepdims=True))
 
 
@@ -413,6 +411,6 @@ def softmax_backward_data(grad_output, output, dim, input_dtype):
 def log_softmax_backward_data(grad_output, output, dim, input_dtype):
     g, y = _up(grad_output, output, dt=jnp.result_type(grad_output, output))
     d = _red_dim(y, dim)
-    if d is None:
-        return g * 0
+    if y.ndim == 0:
+        return g - jnp.exp(y) * g
     return g - jnp.exp(y) * jnp.sum(g, axis=d, keepdims=True)
