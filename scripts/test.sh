@@ -4,4 +4,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-python -m pytest tests "$@"
+# one test file per worker process (a module's fixtures run once); TORCHNEURON_TEST_WORKERS=0
+# runs everything in this process
+workers="${TORCHNEURON_TEST_WORKERS:-2}"
+if [ "$workers" = "0" ]; then
+  python -m pytest tests "$@"
+else
+  python -m pytest tests -n "$workers" --dist loadfile "$@"
+fi
