@@ -38,6 +38,13 @@ def _plus_small(x):
     return x * 2 + (1e-3 * x.abs() if _on_neuron(x) else 0)
 
 
+def _scaled_shifted(x):
+    # on the device: off by 2e-4 everywhere, beyond the default tolerance of the small
+    # elements but within 4 ulps of the result's largest magnitude (3000): rounding-sized
+    y = torch.cat([x.reshape(-1) * 1e-3, x.new_full((1,), 3000.0)])
+    return y + (2e-4 if _on_neuron(x) else 0)
+
+
 def _raise_on_neuron(x):
     if _on_neuron(x):
         raise RuntimeError("boom on the device")
@@ -81,6 +88,7 @@ OPS = {
     "tn_pass": _op("tn_pass", lambda x: torch.tanh(x) * 2),
     "tn_mismatch": _op("tn_mismatch", _plus_small),
     "tn_tolerance": _op("tn_tolerance", _plus_small, decorators=[LOOSE]),
+    "tn_rounding": _op("tn_rounding", _scaled_shifted, autograd=False),
     "tn_error": _op("tn_error", _raise_on_neuron),
     "tn_cpu_error": _op("tn_cpu_error", _raise_on_cpu),
     "tn_fallback": _op("tn_fallback", _fallback_op, autograd=False),
@@ -134,6 +142,36 @@ def test_mismatch_with_default_tolerance(test_cls):
     assert "Tensor-likes are not close" in r["forward"]["message"]
     assert r["forward"]["sample"].startswith("#0: f32[3, 4]")
     assert r["backward"]["status"] == "MISMATCH"  # d/dx (2x + 1e-3|x|) differs from 2
+
+
+def test_float64_reference_tells_rounding_from_bugs(test_cls):
+    r = run(test_cls, "tn_rounding")["forward"]
+    assert r["status"] == "MISMATCH" and r["rounding"]
+    assert r["reason"].startswith(C.ROUNDING_NOTE) and "2 mismatching samples" in r["reason"]
+    # 2x + 1e-3|x| on the device: 1e-3 off where the CPU is exact, far beyond rounding
+    bad = run(test_cls, "tn_mismatch")
+    assert not bad["forward"]["rounding"] and not bad["forward"]["reason"]
+    assert not bad["backward"]["rounding"]
+
+
+def test_reference_errors():
+    from torchneuron.tools import conformance_worker as W
+
+    ref = torch.tensor([1000.0, 1.0], dtype=torch.float64)
+    cpu = ref.float()
+    # 1e-4 off on the small element: within 4 ulps of 1000, so rounding-sized
+    assert W._ref_verdict(W._ref_errors(cpu + torch.tensor([0, 1e-4]), cpu, ref))["rounding"]
+    # 1e-2 off: not
+    assert not W._ref_verdict(W._ref_errors(cpu + torch.tensor([0, 1e-2]), cpu, ref))["rounding"]
+    # twice the CPU's own error is still rounding, three times is not (here above the floor)
+    ref2 = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    cpu2 = torch.tensor([1.001, 1.0])
+    assert W._ref_verdict(W._ref_errors(torch.tensor([1.0, 1.002]), cpu2, ref2))["rounding"]
+    assert not W._ref_verdict(W._ref_errors(torch.tensor([1.0, 1.003]), cpu2, ref2))["rounding"]
+    # differing integer results, shapes or NaN positions: no verdict
+    assert W._ref_errors([torch.tensor([1])], [torch.tensor([2])], [torch.tensor([1])]) is None
+    nan = torch.tensor([float("nan"), 1.0])
+    assert W._ref_errors(torch.tensor([1.0, 1.0]), nan, nan.double()) is None
 
 
 def test_tolerance_override_of_the_opinfo_applies(test_cls):
@@ -241,6 +279,27 @@ def test_baseline_roundtrip_and_gate_comparison(tmp_path):
     # updating with the new rows of unit b only leaves the other entries alone
     C.update_baseline(path, [row("b", "PASS")])
     assert set(C.load_baseline(path)) == {("c", "float32", "forward")}
+
+
+def test_gate_treats_measured_rounding_as_machine_dependent(tmp_path):
+    path = str(tmp_path / "baseline.csv")
+
+    def row(op, st, rounding=False, reason=""):
+        return {"op": op, "dtype": "float32", "check": "forward", "status": st, "message": "m",
+                "rounding": rounding, "reason": reason}
+
+    why = C.ROUNDING_NOTE + " CPU reference the device's largest error is 1e-05 ..."
+    C.update_baseline(path, [row("r", "MISMATCH", True, why), row("m", "MISMATCH")])
+    base = C.load_baseline(path)
+    assert base[("r", "float32", "forward")]["note"] == why  # the measured reason is written
+    assert base[("m", "float32", "forward")]["note"] == ""
+    # a rounding-level MISMATCH where the baseline says PASS is no regression (another
+    # machine's CPU kernels round differently), and a rounding entry may pass
+    assert C.compare_to_baseline([row("p", "MISMATCH", True), row("r", "PASS")], base) == []
+    # but a real MISMATCH is, and a bug entry that passes makes the baseline stale
+    probs = [C.format_problem(p) for p in
+             C.compare_to_baseline([row("p", "MISMATCH"), row("m", "PASS")], base)]
+    assert len(probs) == 2 and probs[0].startswith("REGRESSION") and probs[1].startswith("NOW PASSES")
 
 
 def test_families_of_some_opinfos():

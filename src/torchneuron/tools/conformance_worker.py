@@ -259,6 +259,120 @@ def _compare(test, actual, expected, msg=None):
         raise
 
 
+# A MISMATCH in a floating dtype is measured against a float64 CPU reference (the same
+# sample with every float tensor widened): when the device is at most REF_SLACK times as far
+# from it as the CPU kernel is (or within a few ulps of it), the difference is rounding
+# (summation order, fused steps, a different but equally accurate algorithm), recorded as
+# the row's written reason; otherwise the device is less accurate than the CPU, a bug.
+REF_SLACK = 2.0
+REF_ULPS = 4
+
+
+def _widen(t):
+    import torch
+
+    if t.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return torch.float64
+    if t.dtype == torch.complex64 or t.dtype == torch.complex32:
+        return torch.complex128
+    return None
+
+
+def _wide_sample(s, keep_grad):
+    """The sample on the CPU with float tensors widened to float64 (fresh leaves)."""
+    import torch
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    def f(t):
+        w = _widen(t)
+        c = t.detach().to(w) if w is not None else t.detach().clone()
+        if keep_grad and t.requires_grad and w is not None:
+            c.requires_grad_(True)
+        return c
+
+    with torch.no_grad():
+        inp = _map(s.input, f)
+        args = tuple(_map(a, f) for a in s.args)
+        kwargs = {k: _map(v, f) for k, v in s.kwargs.items()}
+    return SampleInput(inp, args=args, kwargs=kwargs, output_process_fn_grad=s.output_process_fn_grad,
+                       broadcasts_input=s.broadcasts_input, name=s.name)
+
+
+def _ref_errors(actual, expected, ref):
+    """(device error, CPU error, ulp floor) over the float tensors of three like structures."""
+    import torch
+
+    a_l, e_l, r_l = _tensors(actual, []), _tensors(expected, []), _tensors(ref, [])
+    if not (len(a_l) == len(e_l) == len(r_l)) or not a_l:
+        return None
+    err_a = err_e = floor = 0.0
+    for a, e, r in zip(a_l, e_l, r_l):
+        if not (e.is_floating_point() or e.is_complex()):
+            if not torch.equal(a, e):
+                return None  # an integer/bool result differs: not a rounding question
+            continue
+        if a.shape != e.shape or r.shape != e.shape:
+            return None
+        r64 = r.detach().to(torch.complex128 if r.is_complex() else torch.float64)
+        fin = torch.isfinite(r64)
+        same_nonfinite = bool(((~fin) == ~torch.isfinite(a.to(r64.dtype))).all()) and bool(
+            ((~fin) == ~torch.isfinite(e.to(r64.dtype))).all())
+        if not same_nonfinite:
+            return None
+        if not bool(fin.any()):
+            continue
+        ra = (a.to(r64.dtype) - r64)[fin].abs().max().item()
+        re_ = (e.to(r64.dtype) - r64)[fin].abs().max().item()
+        eps = torch.finfo(e.dtype).eps
+        floor = max(floor, REF_ULPS * eps * r64[fin].abs().max().item())
+        err_a, err_e = max(err_a, ra), max(err_e, re_)
+    return err_a, err_e, floor
+
+
+def _ref_verdict(errs):
+    if errs is None:
+        return None
+    dev, cpu, floor = errs
+    return {"dev": dev, "cpu": cpu, "rounding": dev <= max(REF_SLACK * cpu, floor)}
+
+
+def _ref_forward(op, sample, actual, expected):
+    """The float64 verdict of a forward MISMATCH (None when it does not apply)."""
+    import torch
+
+    try:
+        if not any(_widen(t) is not None for t in _sample_tensors(sample)):
+            return None
+        wide = _wide_sample(sample, keep_grad=False)
+        with torch.no_grad():
+            ref = wide.output_process_fn_grad(_to_cpu(op(wide.input, *wide.args, **wide.kwargs)))
+        return _ref_verdict(_ref_errors(actual, expected, ref))
+    except Exception:  # noqa: BLE001  (the op has no float64 kernel, ...: no verdict)
+        return None
+
+
+def _ref_backward(op, sample, cots, grads_a, grads_e):
+    """The float64 verdict of a gradient MISMATCH, with the same cotangents widened."""
+    import torch
+
+    try:
+        wide = _wide_sample(sample, keep_grad=True)
+        out = wide.output_process_fn_grad(op(wide.input, *wide.args, **wide.kwargs))
+        outs = _diff_outputs(out)
+        ins = [t for t in _sample_tensors(wide) if t.requires_grad]
+        if len(outs) != len(cots):
+            return None
+        grads_r = torch.autograd.grad(outs, ins, [c.to(o.dtype) for c, o in zip(cots, outs)],
+                                      allow_unused=True)
+        keep = [i for i, e in enumerate(grads_e) if e is not None]
+        if len(grads_r) != len(grads_e) or any(grads_r[i] is None for i in keep):
+            return None
+        return _ref_verdict(_ref_errors([grads_a[i] for i in keep], [grads_e[i] for i in keep],
+                                        [grads_r[i] for i in keep]))
+    except Exception:  # noqa: BLE001
+        return None
+
+
 class _Fallbacks:
     """The aten ops that ran through the CPU fallback / a decomposition in a window."""
 
@@ -361,12 +475,15 @@ def _run_sample(test, op, sample, device, values, backward, seed):
         rec["fwd"] = ["MISMATCH", _exc(e)]
         if getattr(e, "near_miss", False):
             rec["near_fwd"] = True
+        if values:
+            rec["ref_fwd"] = _ref_forward(op, sample, act_p, exp_p)
     except Exception as e:
         rec["fwd"] = ["ERROR", "comparing results: " + _exc(e)]
 
     # -- backward (float32): the same random cotangent on both sides
     if backward and "bwd" not in rec:
-        rec["bwd"] = _run_backward(test, sample, cpu_s, dev_s, expected, actual, device, values, seed, rec)
+        rec["bwd"] = _run_backward(test, op, sample, cpu_s, dev_s, expected, actual, device, values,
+                                   seed, rec)
     rec["t"] = time.perf_counter() - t0
     return rec
 
@@ -375,7 +492,7 @@ def _diff_outputs(out):
     return [t for t in _tensors(out, []) if t.requires_grad]
 
 
-def _run_backward(test, sample, cpu_s, dev_s, expected, actual, device, values, seed, rec):
+def _run_backward(test, op, sample, cpu_s, dev_s, expected, actual, device, values, seed, rec):
     import torch
 
     try:
@@ -423,6 +540,8 @@ def _run_backward(test, sample, cpu_s, dev_s, expected, actual, device, values, 
     except AssertionError as e:
         if getattr(e, "near_miss", False):
             rec["near_bwd"] = True
+        if values:
+            rec["ref_bwd"] = _ref_backward(op, sample, cots, grads_a, grads_e)
         return ["MISMATCH", _exc(e)]
     except Exception as e:
         return ["ERROR", "comparing gradients: " + _exc(e)]
