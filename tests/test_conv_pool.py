@@ -246,3 +246,43 @@ def test_pool_errors():
         F.max_pool2d(x, 2, padding=2)  # pad should be at most half of kernel
     with pytest.raises(RuntimeError):
         F.avg_pool2d(x, 5)  # output size too small
+
+
+# ---------------------------------------------------------------- max unpooling
+UNPOOL = [
+    ("1d", F.max_pool1d, F.max_unpool1d, (2, 3, 8), dict(kernel_size=2)),
+    ("1d_stride_pad", F.max_pool1d, F.max_unpool1d, (2, 3, 9), dict(kernel_size=3, stride=2, padding=1)),
+    ("2d", F.max_pool2d, F.max_unpool2d, (2, 3, 8, 6), dict(kernel_size=2)),
+    ("2d_unbatched_overlap", F.max_pool2d, F.max_unpool2d, (3, 7, 7), dict(kernel_size=3, stride=2)),
+    ("3d", F.max_pool3d, F.max_unpool3d, (1, 2, 4, 6, 4), dict(kernel_size=2)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,pool,unpool,shape,kw", UNPOOL, ids=[u[0] for u in UNPOOL])
+def test_max_unpool(name, pool, unpool, shape, kw, dtype):
+    y, idx = pool(_r(shape), return_indices=True, **kw)
+    grad = dtype != torch.bfloat16
+    y = y.to(dtype).detach().requires_grad_(grad)
+    check(lambda v, i: unpool(v, i, **kw), y, idx, grad=grad)
+    # an explicit (larger) output size
+    out = [s + 1 for s in shape[-(len(shape) - 2 if name != "2d_unbatched_overlap" else 2):]]
+    check(lambda v, i: unpool(v, i, output_size=out, **kw), y.detach(), idx)
+
+
+def test_max_unpool_errors():
+    # CPU's messages (the meta kernels check nothing), including its out-of-range index error
+    x = torch.randn(1, 2, 2, 2)
+    i = torch.tensor([[[[0, 1], [2, 16]], [[0, 1], [2, 3]]]])
+    cases = [lambda x, i: F.max_unpool2d(x, i, 2), lambda x, i: F.max_unpool2d(x, i.int(), 2),
+             lambda x, i: F.max_unpool2d(x, i[..., :1], 2), lambda x, i: F.max_unpool2d(x[0, 0], i[0, 0], 2),
+             lambda x, i: torch.ops.aten.max_unpool2d(x, i % 4, [4, 4, 4]),
+             lambda x, i: F.max_unpool3d(x[None], (i % 8)[None].int(), 2),
+             lambda x, i: torch.ops.aten.max_unpool3d(x[None], (i % 8)[None], [4, 4], [2, 2, 2], [0, 0, 0]),
+             lambda x, i: F.max_unpool3d(x[None], i[None] + 60, 2)]
+    for fn in cases:
+        with pytest.raises(RuntimeError) as cpu:
+            fn(x, i)
+        with pytest.raises(RuntimeError) as dev:
+            fn(x.to("neuron"), i.to("neuron"))
+        assert str(dev.value) == str(cpu.value)

@@ -244,6 +244,19 @@ LINALG = [
     ("pinv_hermitian", lambda a: torch.linalg.pinv(a, hermitian=True), [("spd", 4, ())]),
     ("lstsq", lambda a, b: torch.linalg.lstsq(a, b).solution, [(2, 5, 3), (2, 5, 2)]),
     ("lstsq_full", lambda a, b: torch.linalg.lstsq(a, b), [(3, 5), (3, 2)]),
+    ("lstsq_gelsd", lambda a, b: torch.linalg.lstsq(a, b, driver="gelsd"), [(2, 5, 3), (2, 5, 2)]),
+    ("lstsq_gelss_vector", lambda a, b: torch.linalg.lstsq(a, b, driver="gelss"), [(5, 3), (5,)]),
+    ("lstsq_gelsd_wide", lambda a, b: torch.linalg.lstsq(a, b, driver="gelsd"), [(3, 5), (3, 2)]),
+    ("lstsq_gels", lambda a, b: torch.linalg.lstsq(a, b, driver="gels"), [(2, 6, 4), (2, 6, 3)]),
+    ("geqrf", torch.geqrf, [(2, 5, 3)]),
+    ("geqrf_wide", torch.geqrf, [(3, 5)]),
+    ("householder_product", lambda a: torch.linalg.householder_product(*torch.geqrf(a)), [(2, 5, 3)]),
+    ("householder_product_cols", lambda a, t: torch.linalg.householder_product(a, t), [(5, 4), (2,)]),
+    ("ormqr", lambda a, c: torch.ormqr(*torch.geqrf(a), c), [(2, 5, 3), (2, 5, 4)]),
+    ("ormqr_t", lambda a, c: torch.ormqr(*torch.geqrf(a), c, transpose=True), [(5, 3), (5, 2)]),
+    ("ormqr_right", lambda a, c: torch.ormqr(*torch.geqrf(a), c, left=False), [(5, 3), (2, 5)]),
+    ("ormqr_right_t", lambda a, c: torch.ormqr(*torch.geqrf(a), c, left=False, transpose=True),
+     [(2, 4, 4), (2, 3, 4)]),
     ("matrix_norm_2", lambda a: torch.linalg.matrix_norm(a, 2), [(3, 4, 4)]),
     ("matrix_norm_nuc", lambda a: torch.linalg.matrix_norm(a, "nuc"), [(3, 4, 5)]),
     ("cond", torch.linalg.cond, [(3, 4, 4)]),
@@ -251,7 +264,9 @@ LINALG = [
 ]
 
 
-NOT_DIFFERENTIABLE = {"qr_complete", "qr_r"}  # PyTorch refuses these derivatives
+# PyTorch refuses these derivatives (geqrf has none; ormqr/householder_product through geqrf)
+NOT_DIFFERENTIABLE = {"qr_complete", "qr_r", "geqrf", "geqrf_wide", "householder_product", "ormqr",
+                      "ormqr_t", "ormqr_right", "ormqr_right_t"}
 
 
 def _make(spec, dtype, grad):
@@ -275,7 +290,8 @@ def test_dense_linalg(name, fn, specs, dtype):
 
 
 @pytest.mark.parametrize("name", ["solve", "inv", "slogdet", "cholesky", "qr", "svdvals", "eigvalsh",
-                                  "lu_solve", "matrix_exp"])
+                                  "lu_solve", "matrix_exp", "geqrf", "householder_product", "ormqr_t",
+                                  "ormqr_right"])
 def test_dense_linalg_complex(name):
     _, fn, specs = next(c for c in LINALG if c[0] == name)
     torch.manual_seed(1)
@@ -324,3 +340,24 @@ def test_linalg_cross(shapes, dim):
         got_t = torch.cross(a.to(DEV).double(), b.to(DEV).double(), dim=dim)
     assert_same(got, torch.linalg.cross(a, b, dim=dim), atol=1e-6, rtol=1e-6)
     assert_same(got_t, torch.cross(a.double(), b.double(), dim=dim))
+
+
+def test_lstsq_rank_deficient_residuals():
+    # gelsd/gelss return residuals only when every matrix has full rank (a host read)
+    A = torch.randn(2, 6, 3, dtype=torch.float64)
+    A[1, :, 2] = A[1, :, 0]  # the second matrix has rank 2
+    B = torch.randn(2, 6, 2, dtype=torch.float64)
+    for driver in ("gelsd", "gelss", "gelsy"):
+        check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), A, B, atol=1e-8, rtol=1e-8)
+        check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), A[:1], B[:1], atol=1e-8, rtol=1e-8)
+    with pytest.raises(RuntimeError, match="parameter `driver` should be one of"):
+        torch.linalg.lstsq(A.to(DEV), B.to(DEV), driver="nope")
+
+
+def test_householder_product_grad():
+    # the derivative of householder_product (A and tau as free inputs)
+    a = torch.randn(5, 3, dtype=torch.float64).requires_grad_()
+    tau = (torch.rand(3, dtype=torch.float64) + 0.5).requires_grad_()
+    check(torch.linalg.householder_product, a, tau, grad=True, atol=1e-8, rtol=1e-8)
+    c = torch.randn(5, 2, dtype=torch.float64).requires_grad_()
+    check(lambda a, t, c: torch.ormqr(a, t, c), a, tau, c, grad=True, atol=1e-8, rtol=1e-8)

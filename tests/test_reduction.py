@@ -714,3 +714,41 @@ def test_isin(name, make, invert):
     with native_only():
         got = torch.isin(*dev, invert=invert)
     assert_same(got, torch.isin(e, t, invert=invert))
+
+
+# ---------------------------------------------------------------- pdist, renorm
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, INF])
+def test_pdist(p):
+    x = _rand((6, 3), torch.float64)
+    x[4] = x[1]  # a zero distance (the backward's special cases)
+    check(lambda a: torch.nn.functional.pdist(a, p), x.requires_grad_(), grad=True, atol=1e-8,
+          rtol=1e-8)
+    check(lambda a: torch.nn.functional.pdist(a, p), _rand((5, 4), torch.float32), atol=1e-5,
+          rtol=1e-5)
+    # one row (no pairs) and no columns
+    check(lambda a: torch.nn.functional.pdist(a, p), _rand((1, 3), torch.float64).requires_grad_(),
+          grad=True)
+    check(lambda a: torch.nn.functional.pdist(a, p), torch.zeros(4, 0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                   torch.complex64], ids=str)
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, INF])
+def test_renorm(p, dtype):
+    x = (torch.randn(4, 5, 3, dtype=torch.float64) * 3).to(dtype)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype in (torch.float32, torch.complex64) else {}
+    for dim in (0, 1, -1):
+        # maxnorm below and above the slices' norms: some slices scaled, some left alone
+        check(lambda a: torch.renorm(a, p, dim, 4.0), x, **tol)
+    check(lambda a: a.renorm_(p, 0, 1.0), x.clone(), **tol)
+    if dtype == torch.float64:
+        check(lambda a: torch.renorm(a, p, 1, 2.0), x.clone().requires_grad_(), grad=True)
+
+
+def test_renorm_errors():
+    for args in [(torch.randn(3), 2, 0, 1.0), (torch.randn(3, 3), 0, 0, 1.0),
+                 (torch.randn(3, 3), 2, 0, -1.0)]:
+        with pytest.raises(RuntimeError) as cpu:
+            torch.renorm(*args)
+        with pytest.raises(RuntimeError, match=str(cpu.value)):
+            torch.renorm(args[0].to(DEV), *args[1:])

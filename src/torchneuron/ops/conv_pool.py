@@ -457,3 +457,77 @@ def adaptive_max_pool2d_backward(grad_output, x, indices):
 @lower("adaptive_max_pool3d_backward.default")
 def adaptive_max_pool3d_backward(grad_output, x, indices):
     return _scatter_by_index(grad_output, indices, x.shape, 3)
+
+
+# ---------------------------------------------------------------- max unpooling
+def _max_unpool(x, indices, out_sp):
+    """out[..., indices[j]] = x[..., j] over the flattened spatial dims (a zero output)."""
+    nd = len(out_sp)
+    batch = x.shape[:-nd]
+    B = math.prod(batch)
+    n_out = math.prod(out_sp)
+    xf = x.reshape(B, -1)
+    idx = indices.reshape(B, -1).astype(jnp.int64)
+    rows = lax.broadcasted_iota(jnp.int64, idx.shape, 0)
+    out = jnp.zeros((B, n_out), x.dtype).at[rows, idx].set(xf, mode="drop")
+    return out.reshape(tuple(batch) + tuple(out_sp))
+
+
+@lower("max_unpool2d.default")
+def max_unpool2d(x, indices, output_size):
+    return _max_unpool(x, indices, tuple(output_size))
+
+
+@lower("max_unpool3d.default")
+def max_unpool3d(x, indices, output_size, stride, padding):
+    return _max_unpool(x, indices, tuple(output_size))
+
+
+def _register_unpool_kernels():
+    """Eager kernels: PyTorch's CPU shape checks (the meta kernels have none) and its
+    out-of-range index error, which needs one host read (skipped with index checks off)."""
+    import torch
+
+    from .. import dispatch
+    from ..lowering import LOWERINGS
+
+    aten = torch.ops.aten
+    for op, nd in ((aten.max_unpool2d.default, 2), (aten.max_unpool3d.default, 3)):
+        if op in dispatch._registered:
+            continue
+        entry = dispatch.Entry(op, LOWERINGS[op], "functional")
+
+        def kernel(x, indices, output_size, *rest, _entry=entry, _nd=nd):
+            name = f"max_unpooling{_nd}d"
+            if indices.dtype != torch.int64:
+                raise RuntimeError("elements in indices should be type int64" + (
+                    f" but got: {dispatch.scalar_type_name(indices.dtype)}" if _nd == 2 else ""))
+            if len(output_size) != _nd:
+                what = "two elements (height, width)" if _nd == 2 else \
+                    "three elements (depth, height, width)"
+                raise RuntimeError(f"There should be exactly {what} in output_size, but got "
+                                   f"{len(output_size)} elements.")
+            if x.dim() not in (_nd + 1, _nd + 2):
+                raise RuntimeError(f"Input to {name} should be a {_nd + 1}d or {_nd + 2}d Tensor, "
+                                   f"but got a tensor with {x.dim()} dimensions.")
+            if x.shape != indices.shape:
+                raise RuntimeError(f"Expected shape of indices to be same as that of the input "
+                                   f"tensor ({list(x.shape)}) but got indices tensor with shape: "
+                                   f"{list(indices.shape)}")
+            from . import indexing  # the eager index-check switch (TORCHNEURON_INDEX_CHECKS)
+
+            n_out = math.prod(output_size)
+            if indexing.index_checks() and indices.numel():
+                flat = indices.reshape(-1)
+                bad = (flat < 0) | (flat >= n_out)
+                if bool(bad.any().item()):
+                    v = int(flat[bad.nonzero()[0, 0]].item())
+                    size = "x".join(str(int(s)) for s in output_size)
+                    raise RuntimeError(f"Found an invalid max index: {v} (output volumes are of "
+                                       f"size {size})")
+            return _entry(x, indices, output_size, *rest)
+
+        dispatch.register_kernel(op, kernel)
+
+
+_register_unpool_kernels()

@@ -492,20 +492,94 @@ def linalg_lstsq(A, B, rcond=None, *, driver=None):
     return sol.reshape(tuple(metas[0].shape)), res, rank_o, sv
 
 
-def _lstsq_meta(A, B, rcond=None, *, driver=None):
-    """Output shapes of linalg_lstsq with the default gelsy driver (PyTorch has no meta)."""
+# ---------------------------------------------------------------- Householder QR pieces
+# LAPACK's geqrf / orgqr / ormqr through jax's primitives (LAPACK on XLA:CPU, cuSOLVER on
+# CUDA): the same packed reflectors and tau as PyTorch's CPU kernels.
+def _geqrf_impl(a):
+    from jax._src.lax import linalg as _priv
+
+    return _priv.geqrf(a)
+
+
+def _geqrf_meta(A):
+    # PyTorch has none; CPU returns `a` batched column-major, like LAPACK
     import torch
 
-    if driver not in (None, "gelsy"):
-        raise NotImplementedError("torchneuron: linalg_lstsq meta for driver " + str(driver))
+    if A.dim() < 2:
+        raise RuntimeError(f"torch.geqrf: The input tensor A must have at least 2 dimensions.")
+    m, n = A.shape[-2:]
+    batch = tuple(A.shape[:-2])
+    a = torch.empty_strided(batch + (m, n), _col_major_strides(batch, m, n), dtype=A.dtype,
+                            device=A.device)
+    return a, A.new_empty(batch + (min(m, n),))
+
+
+def _col_major_strides(batch, m, n):
+    st = [1, max(m, 1)]  # rows, columns
+    strides = [st[0], st[1]]
+    acc = max(m, 1) * max(n, 1)
+    for b in reversed(batch):
+        strides.insert(0, acc)
+        acc *= max(b, 1)
+    return tuple(strides)
+
+
+meta_kernel("geqrf", _geqrf_meta)
+
+
+@lower("geqrf.default")
+def geqrf(A):
+    if A.size == 0:
+        k = min(A.shape[-2], A.shape[-1])
+        return A, jnp.zeros(A.shape[:-2] + (k,), A.dtype)
+    return _geqrf_impl(A)
+
+
+@lower("linalg_householder_product.default")
+def linalg_householder_product(A, tau):
+    if A.size == 0 or tau.shape[-1] == 0:
+        # no reflector: the first n columns of the identity
+        m, n = A.shape[-2:]
+        return jnp.broadcast_to(jnp.eye(m, n, dtype=A.dtype), A.shape)
+    return _linalg.householder_product(A, tau)
+
+
+@lower("ormqr.default")
+def ormqr(A, tau, C, left=True, transpose=False):
+    if C.size == 0:
+        return C
+    k = tau.shape[-1]
+    if k == 0 or A.size == 0:
+        return C
+    batch = jnp.broadcast_shapes(A.shape[:-2], tau.shape[:-1], C.shape[:-2])
+    A = jnp.broadcast_to(A[..., :, :k], batch + (A.shape[-2], k))
+    tau = jnp.broadcast_to(tau, batch + (k,))
+    C = jnp.broadcast_to(C, batch + C.shape[-2:])
+    return _linalg.ormqr(A, tau, C, left=left, transpose=transpose)
+
+
+def _lstsq_meta(A, B, rcond=None, *, driver=None):
+    """Output shapes of linalg_lstsq (PyTorch has no meta kernel).  gelsd/gelss compute
+    residuals only when every matrix has full rank, a data-dependent shape: the meta
+    shape assumes full rank and the eager kernel empties them otherwise."""
+    import torch
+
+    if driver not in (None, "gelsy", "gelsd", "gelss", "gels"):
+        raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of (gels, "
+                           f"gelsy, gelsd, gelss)")
     vector = B.dim() == A.dim() - 1
     Bm = B.unsqueeze(-1) if vector else B
-    batch = torch.broadcast_shapes(A.shape[:-2], Bm.shape[:-2])
-    n, k = A.shape[-1], Bm.shape[-1]
-    sol_shape = tuple(batch) + ((n,) if vector else (n, k))
+    batch = tuple(torch.broadcast_shapes(A.shape[:-2], Bm.shape[:-2]))
+    m, n = A.shape[-2:]
+    k = Bm.shape[-1]
+    sol_shape = batch + ((n,) if vector else (n, k))
     real = A.real.dtype if A.is_complex() else A.dtype
-    return (A.new_empty(sol_shape), A.new_empty((0,), dtype=real),
-            A.new_empty(tuple(batch), dtype=torch.int64), A.new_empty((0,), dtype=real))
+    svd_driver = driver in ("gelsd", "gelss")
+    res_shape = batch + (k,) if (m > n and driver in ("gelsd", "gelss", "gels")) else (0,)
+    rank_shape = (0,) if driver == "gels" else batch
+    sv_shape = batch + (min(m, n),) if svd_driver else (0,)
+    return (A.new_empty(sol_shape), A.new_empty(res_shape, dtype=real),
+            A.new_empty(rank_shape, dtype=torch.int64), A.new_empty(sv_shape, dtype=real))
 
 
 # _linalg_det/_linalg_slogdet on CPU factor A^T when A is contiguous and real (det is
@@ -535,9 +609,12 @@ def _register_kernels():
         entry = dispatch.Entry(op, LOWERINGS[op], "functional")
 
         def lstsq_kernel(A, B, rcond=None, *, driver=None):
-            if driver not in (None, "gelsy"):  # data-dependent residual shapes
-                return dispatch.cpu_fallback(op, A, B, rcond, driver=driver)
-            return entry(A, B, rcond, driver=driver)
+            sol, res, rank, sv = entry(A, B, rcond, driver=driver)
+            if driver in ("gelsd", "gelss") and res.numel() and rank.numel():
+                # residuals only when every matrix has full rank: one host read
+                if not bool((rank == A.shape[-1]).all().item()):
+                    res = res.new_empty((0,))
+            return sol, res, rank, sv
 
         dispatch.register_kernel(op, lstsq_kernel)
 
