@@ -286,3 +286,36 @@ def test_max_unpool_errors():
         with pytest.raises(RuntimeError) as dev:
             fn(x.to("neuron"), i.to("neuron"))
         assert str(dev.value) == str(cpu.value)
+
+
+# ---------------------------------------------------------------- fractional max pooling
+FRACTIONAL = [
+    ("2d", F.fractional_max_pool2d, (2, 3, 9, 8), (2, 3), (4, 3)),
+    ("2d_unbatched", F.fractional_max_pool2d, (3, 7, 7), (3, 3), (3, 3)),
+    ("2d_dense", F.fractional_max_pool2d, (1, 2, 10, 10), (2, 2), (9, 9)),
+    ("2d_one_output", F.fractional_max_pool2d, (1, 1, 5, 5), (2, 2), (1, 1)),
+    ("3d", F.fractional_max_pool3d, (2, 3, 7, 8, 9), (2, 3, 2), (3, 4, 5)),
+    ("3d_unbatched", F.fractional_max_pool3d, (2, 6, 6, 5), (2, 2, 2), (3, 4, 2)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16],
+                         ids=str)
+@pytest.mark.parametrize("name,fn,shape,k,out", FRACTIONAL, ids=[f[0] for f in FRACTIONAL])
+def test_fractional_max_pool(name, fn, shape, k, out, dtype):
+    nd = len(k)
+    n = shape[0] if len(shape) == nd + 2 else 1
+    samples = torch.rand(n, shape[-nd - 1], nd, dtype=dtype)  # the same pooling regions
+    grad = dtype in (torch.float32, torch.float64)
+    x = _r(shape, dtype, grad)
+    # values and indices must be identical (both sides pick the same element)
+    check(lambda x, s: fn(x, k, output_size=out, return_indices=True, _random_samples=s), x, samples,
+          grad=grad)
+
+
+def test_fractional_max_pool_nan_and_ties():
+    x = torch.tensor([[[[1.0, 1.0, 0.0, 2.0], [1.0, float("nan"), 2.0, 2.0],
+                        [float("nan"), 0.0, 3.0, 3.0], [0.0, 0.0, 3.0, float("nan")]]]])
+    s = torch.tensor([[[0.3, 0.7]]])
+    check(lambda x, s: F.fractional_max_pool2d(x, 2, output_size=3, return_indices=True,
+                                               _random_samples=s), x, s)

@@ -531,3 +531,104 @@ def _register_unpool_kernels():
 
 
 _register_unpool_kernels()
+
+
+# ---------------------------------------------------------------- fractional max pooling
+def _frac_intervals(sample, in_size, out_size, pool, dt):
+    """PyTorch's generate_intervals, per plane: sample (...,) -> start offsets (..., out)."""
+    if out_size == 0:
+        return jnp.zeros(sample.shape + (0,), jnp.int64)
+    last = jnp.full(sample.shape + (1,), in_size - pool, jnp.int64)
+    if out_size == 1:
+        return last
+    half = jnp.dtype(dt) in _HALF
+
+    def r(v):  # CPU's Half/BFloat16 arithmetic rounds after every operation
+        return cast(cast(v, dt), jnp.float32) if half else v
+
+    ct = jnp.float32 if half else dt
+    alpha = r(jnp.asarray(in_size - pool, ct) / jnp.asarray(out_size - 1, ct))
+    s = cast(sample, ct)[..., None]
+    i = jnp.arange(out_size - 1, dtype=ct)
+    seq = (r(r(i + s) * alpha).astype(jnp.int64) - r(s * alpha).astype(jnp.int64))
+    return jnp.concatenate([seq, last], axis=-1)
+
+
+def _fractional_max_pool(x, kernel, out_sp, samples):
+    nd = len(out_sp)
+    unbatched = x.ndim == nd + 1
+    if unbatched:
+        x = x[None]
+        samples = samples[:1] if samples.shape[0] else samples
+    N, C = x.shape[:2]
+    in_sp = x.shape[2:]
+    # CPU's order of the samples: (W, H) in 2d, (T, H, W) in 3d
+    order = (1, 0) if nd == 2 else (0, 1, 2)
+    starts = [_frac_intervals(samples[:, :, order[d]], in_sp[d], out_sp[d], kernel[d], x.dtype)
+              for d in range(nd)]
+    v = x
+    idx = jnp.zeros((1,) * (2 + nd), jnp.int64)
+    for d in range(nd):
+        pos = (starts[d][..., :, None] + jnp.arange(kernel[d])).reshape(N, C, -1)  # (N,C,o*k)
+        shape = [N, C] + [1] * nd
+        shape[2 + d] = pos.shape[-1]
+        pos_b = pos.reshape(shape)
+        v = jnp.take_along_axis(v, pos_b, axis=2 + d, mode="clip")
+        stride = math.prod(in_sp[d + 1:])
+        idx = idx + pos_b * stride
+    # (N, C, o0*k0, o1*k1, ...) -> (N, C, o0, o1, ..., k0 * k1 ...)
+    split = [N, C]
+    for d in range(nd):
+        split += [out_sp[d], kernel[d]]
+    perm = [0, 1] + [2 + 2 * d for d in range(nd)] + [3 + 2 * d for d in range(nd)]
+    K = math.prod(kernel)
+    v = v.reshape(split).transpose(perm).reshape((N, C) + tuple(out_sp) + (K,))
+    idx = jnp.broadcast_to(idx, (N, C) + tuple(o * k for o, k in zip(out_sp, kernel)))
+    idx = idx.reshape(split).transpose(perm).reshape((N, C) + tuple(out_sp) + (K,))
+    # the first maximum in scan order, or the last NaN of the window (CPU's `>` || isnan)
+    isn = jnp.isnan(v) if jnp.issubdtype(v.dtype, jnp.floating) else jnp.zeros(v.shape, bool)
+    any_nan = jnp.any(isn, axis=-1, keepdims=True)
+    last_nan = K - 1 - jnp.argmax(isn[..., ::-1], axis=-1, keepdims=True)
+    first_max = jnp.argmax(jnp.where(isn, -jnp.inf, v) if isn.dtype == bool else v, axis=-1,
+                           keepdims=True)
+    k = jnp.where(any_nan, last_nan, first_max)
+    out = jnp.take_along_axis(v, k, axis=-1)[..., 0]
+    ind = jnp.take_along_axis(idx, k, axis=-1)[..., 0]
+    if unbatched:
+        out, ind = out[0], ind[0]
+    return out, ind
+
+
+@lower("fractional_max_pool2d.default")
+def fractional_max_pool2d(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(x, tuple(kernel_size), tuple(output_size), random_samples)
+
+
+@lower("fractional_max_pool3d.default")
+def fractional_max_pool3d(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(x, tuple(kernel_size), tuple(output_size), random_samples)
+
+
+@lower("fractional_max_pool2d_backward.default")
+def fractional_max_pool2d_backward(grad_output, x, kernel_size, output_size, indices):
+    return _scatter_by_index(grad_output, indices, x.shape, 2)
+
+
+@lower("fractional_max_pool3d_backward.default")
+def fractional_max_pool3d_backward(grad_output, x, kernel_size, output_size, indices):
+    return _scatter_by_index(grad_output, indices, x.shape, 3)
+
+
+def _frac3d_backward_meta(grad_output, x, kernel_size, output_size, indices):
+    import torch
+
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _register_frac_meta():
+    from ..lowering import meta_kernel
+
+    meta_kernel("fractional_max_pool3d_backward", _frac3d_backward_meta)
+
+
+_register_frac_meta()
