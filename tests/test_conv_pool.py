@@ -296,6 +296,8 @@ FRACTIONAL = [
     ("2d_one_output", F.fractional_max_pool2d, (1, 1, 5, 5), (2, 2), (1, 1)),
     ("3d", F.fractional_max_pool3d, (2, 3, 7, 8, 9), (2, 3, 2), (3, 4, 5)),
     ("3d_unbatched", F.fractional_max_pool3d, (2, 6, 6, 5), (2, 2, 2), (3, 4, 2)),
+    ("3d_empty_batch", F.fractional_max_pool3d, (0, 1, 4, 5, 4), (2, 2, 1), (2, 2, 2)),
+    ("2d_empty_batch", F.fractional_max_pool2d, (0, 2, 5, 4), (2, 2), (2, 2)),
 ]
 
 

@@ -232,8 +232,9 @@ def _scatter_by_index(g, indices, in_shape, nd):
     B = math.prod(batch)
     n_in = math.prod(in_shape[-nd:])
     acc = _acc(g.dtype)
-    gf = cast(g, acc).reshape(B, -1)
-    idx = indices.reshape(B, -1)
+    n_g = math.prod(g.shape[-nd:])  # (not -1: the batch may be empty)
+    gf = cast(g, acc).reshape(B, n_g)
+    idx = indices.reshape(B, n_g)
     rows = lax.broadcasted_iota(jnp.int64, idx.shape, 0)
     out = jnp.zeros((B, n_in), acc).at[rows, idx].add(gf, mode="drop")
     return cast(out.reshape(in_shape), g.dtype)
@@ -466,8 +467,9 @@ def _max_unpool(x, indices, out_sp):
     batch = x.shape[:-nd]
     B = math.prod(batch)
     n_out = math.prod(out_sp)
-    xf = x.reshape(B, -1)
-    idx = indices.reshape(B, -1).astype(jnp.int64)
+    n_x = math.prod(x.shape[-nd:])
+    xf = x.reshape(B, n_x)
+    idx = indices.reshape(B, n_x).astype(jnp.int64)
     rows = lax.broadcasted_iota(jnp.int64, idx.shape, 0)
     out = jnp.zeros((B, n_out), x.dtype).at[rows, idx].set(xf, mode="drop")
     return out.reshape(tuple(batch) + tuple(out_sp))
@@ -569,7 +571,8 @@ def _fractional_max_pool(x, kernel, out_sp, samples):
     v = x
     idx = jnp.zeros((1,) * (2 + nd), jnp.int64)
     for d in range(nd):
-        pos = (starts[d][..., :, None] + jnp.arange(kernel[d])).reshape(N, C, -1)  # (N,C,o*k)
+        pos = (starts[d][..., :, None] + jnp.arange(kernel[d])).reshape(
+            N, C, out_sp[d] * kernel[d])
         shape = [N, C] + [1] * nd
         shape[2 + d] = pos.shape[-1]
         pos_b = pos.reshape(shape)
