@@ -470,6 +470,8 @@ def linalg_lstsq(A, B, rcond=None, *, driver=None):
     Bb = jnp.broadcast_to(Bm, batch + Bm.shape[-2:])
     m, n = A.shape[-2:]
     real = jnp.real(A).dtype
+    if driver == "gels" and Ab.size and Bb.size:
+        return _lstsq_qr(Ab, Bb, vector, metas)
     u, s, vh = jnp.linalg.svd(Ab, full_matrices=False)
     eps = jnp.finfo(real).eps
     rc = rcond if rcond is not None and rcond >= 0 else eps * max(m, n)
@@ -556,6 +558,30 @@ def ormqr(A, tau, C, left=True, transpose=False):
     tau = jnp.broadcast_to(tau, batch + (k,))
     C = jnp.broadcast_to(C, batch + C.shape[-2:])
     return _linalg.ormqr(A, tau, C, left=left, transpose=transpose)
+
+
+def _lstsq_qr(A, B, vector, metas):
+    """LAPACK's gels (full rank assumed): QR of A when m >= n, LQ (QR of A^H) when m < n."""
+    m, n = A.shape[-2:]
+    nb = A.ndim - 2
+    bd = (tuple(range(nb)),) * 2
+    if m >= n:
+        q, r = jnp.linalg.qr(A, mode="reduced")
+        qhb = dot(_mH(q), B, ((q.ndim - 1,), (B.ndim - 2,)), bd)
+        X = _linalg.triangular_solve(r, qhb, left_side=True, lower=False)
+    else:  # A = L Q with L = R^H from A^H = Q' R: X = Q'^... min-norm solution Q' R^-H B
+        q, r = jnp.linalg.qr(_mH(A), mode="reduced")
+        y = _linalg.triangular_solve(r, B, left_side=True, lower=False, transpose_a=True,
+                                     conjugate_a=jnp.issubdtype(A.dtype, jnp.complexfloating))
+        X = dot(q, y, ((q.ndim - 1,), (y.ndim - 2,)), bd)
+    real = jnp.real(A).dtype
+    res = jnp.zeros(tuple(metas[1].shape), real)
+    if metas[1].numel() > 0:
+        rr = B - dot(A, X, ((A.ndim - 1,), (X.ndim - 2,)), bd)
+        res = jnp.sum(jnp.abs(rr) ** 2, axis=-2).reshape(tuple(metas[1].shape))
+    sol = X[..., 0] if vector else X
+    return (sol.reshape(tuple(metas[0].shape)), res, jnp.zeros(tuple(metas[2].shape), jnp.int64),
+            jnp.zeros(tuple(metas[3].shape), real))
 
 
 def _lstsq_meta(A, B, rcond=None, *, driver=None):
