@@ -754,7 +754,19 @@ def histc(x, bins=100, min=0, max=0):
     left, right = lo_a.astype(dt), hi_a.astype(dt)
     xf = x.reshape(-1)
     valid = (xf >= left) & (xf <= right)
-    pos = ((xf - left) * jnp.asarray(bins, dt) / (right - left))
+    if jnp.dtype(dt) in _HALF:
+        # CPU's c10::Half/BFloat16 arithmetic rounds after each operation (XLA would keep
+        # float32 between fused ops): round explicitly, so edge elements land in CPU's bin
+        exp_bits, man_bits = (5, 10) if jnp.dtype(dt) == jnp.dtype(jnp.float16) else (8, 7)
+
+        def r(v):
+            return lax.reduce_precision(v, exponent_bits=exp_bits, mantissa_bits=man_bits)
+
+        f = jnp.float32
+        d = r(xf.astype(f) - left.astype(f))
+        pos = r(r(d * r(jnp.asarray(bins, f))) / r(right.astype(f) - left.astype(f)))
+    else:
+        pos = ((xf - left) * jnp.asarray(bins, dt) / (right - left))
     pos = jnp.where(valid, pos, 0).astype(jnp.int64)
     pos = jnp.where(pos == bins, bins - 1, pos)
     pos = jnp.clip(pos, 0, bins - 1)
