@@ -763,3 +763,39 @@ def test_renorm_errors():
             torch.renorm(*args)
         with pytest.raises(RuntimeError, match=str(cpu.value)):
             torch.renorm(args[0].to(DEV), *args[1:])
+
+
+# ---------------------------------------------------------------- segment_reduce
+SEG_REDUCTIONS = ["sum", "mean", "max", "min", "prod", "amax", "amin"]
+
+
+@pytest.mark.parametrize("initial", [None, 2.0])
+@pytest.mark.parametrize("reduce", SEG_REDUCTIONS)
+def test_segment_reduce(reduce, initial):
+    # ties (max/min), zeros (prod), an empty segment; gradients of both signs
+    x = torch.tensor([1.0, 3.0, 3.0, 0.0, 2.0, 0.0, 0.0, 4.0, -1.0], dtype=torch.float64)
+    lengths = torch.tensor([3, 0, 2, 3, 1])
+    check(lambda x, L: torch.segment_reduce(x, reduce, lengths=L, initial=initial),
+          x.requires_grad_(), lengths, grad=True, atol=1e-12, rtol=1e-12)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    check(lambda x, o: torch.segment_reduce(x, reduce, offsets=o, initial=initial),
+          x.detach().requires_grad_(), offsets, grad=True, atol=1e-12, rtol=1e-12)
+    # along axis 1 of a 3-d tensor, lengths per row
+    y = _rand((2, 6, 3), torch.float32)
+    L2 = torch.tensor([[2, 4], [3, 3]])
+    check(lambda y, L: torch.segment_reduce(y, reduce, lengths=L, axis=1, initial=initial), y, L2,
+          atol=1e-5, rtol=1e-5)
+
+
+def test_segment_reduce_errors():
+    d = torch.arange(6.0)
+    cases = [dict(reduce="sum", lengths=torch.tensor([2, 3])), dict(reduce="sum"),
+             dict(reduce="sum", indices=torch.tensor([0, 1])),
+             dict(reduce="foo", lengths=torch.tensor([2, 4]))]
+    for kw in cases:
+        with pytest.raises(RuntimeError) as cpu:
+            torch.segment_reduce(d, **kw)
+        dev_kw = {k: (v.to(DEV) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+        with pytest.raises(RuntimeError) as dev:
+            torch.segment_reduce(d.to(DEV), **dev_kw)
+        assert str(dev.value) == str(cpu.value)

@@ -1328,3 +1328,144 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
         i = jnp.clip(jnp.searchsorted(s, e.reshape(-1)), 0, s.size - 1)
         found = (s[i] == e.reshape(-1)).reshape(e.shape)
     return ~found if invert else found
+
+
+# ---------------------------------------------------------------- segment_reduce
+# Segments along `axis`, given per leading-index row by `lengths` (..., S) or `offsets`
+# (..., S+1); CPU's rules for `initial` (folded into every segment; an empty segment is
+# `initial`, else the reduction's identity, NaN for mean).
+_SEG_REDUCE = {"sum": "sum", "prod": "prod", "mean": "mean", "max": "max", "amax": "max",
+               "min": "min", "amin": "min"}
+
+
+def _seg_layout(data, lengths, offsets, axis):
+    """data as (B, D, R), per-position segment ids (B, D) (S = outside), lengths (B, S)."""
+    axis = axis % data.ndim
+    B = math.prod(data.shape[:axis])
+    D = data.shape[axis]
+    R = math.prod(data.shape[axis + 1:])
+    if offsets is not None:
+        off = offsets.reshape(B, offsets.shape[-1]).astype(jnp.int64)
+        lens = off[:, 1:] - off[:, :-1]
+        starts = off[:, :-1]
+    else:
+        lens = lengths.reshape(B, lengths.shape[-1]).astype(jnp.int64)
+        starts = jnp.cumsum(lens, axis=1) - lens
+    S = lens.shape[1]
+    ends = starts + lens
+    pos = jnp.arange(D, dtype=jnp.int64)
+    # the segment holding each position: the last one starting at or before it and not empty
+    inside = (pos[None, None, :] >= starts[:, :, None]) & (pos[None, None, :] < ends[:, :, None])
+    seg = jnp.where(jnp.any(inside, axis=1), jnp.argmax(inside, axis=1), S)
+    return data.reshape(B, D, R), seg, lens, axis, S
+
+
+def _seg_apply(fn, x, seg, S):
+    # x (B, D, R), seg (B, D) -> (B, S, R)
+    return jax.vmap(lambda xb, sb: fn(xb, sb, num_segments=S))(x, seg)
+
+
+@lower("segment_reduce.default", static=("initial",))
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                   unsafe=False, initial=None):
+    red = _SEG_REDUCE[reduce]
+    dt = data.dtype
+    acc = _acc(dt)
+    x, seg, lens, ax, S = _seg_layout(cast(data, acc), lengths, offsets, axis)
+    init = None if initial is None else jnp.asarray(initial, acc)
+    cnt = lens[:, :, None]
+    if red in ("sum", "mean"):
+        r = _seg_apply(jax.ops.segment_sum, x, seg, S)
+        if init is not None:
+            r = r + init
+        if red == "mean":
+            r = r / cnt.astype(acc)
+            if init is not None:
+                r = jnp.where(cnt == 0, init, r)
+    elif red == "prod":
+        r = _seg_apply(jax.ops.segment_prod, x, seg, S)
+        if init is not None:
+            r = r * init
+    else:
+        f = jax.ops.segment_max if red == "max" else jax.ops.segment_min
+        r = _seg_apply(f, x, seg, S)
+        ident = jnp.asarray(-jnp.inf if red == "max" else jnp.inf, acc)
+        r = jnp.where(cnt == 0, ident, r)  # jax's identity for an empty segment
+        if init is not None:
+            r = jnp.maximum(r, init) if red == "max" else jnp.minimum(r, init)
+    out_shape = data.shape[:ax] + (S,) + data.shape[ax + 1:]
+    return cast(r.reshape(out_shape), dt)
+
+
+@lower("_segment_reduce_backward.default", static=("initial",))
+def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0,
+                            initial=None):
+    red = _SEG_REDUCE[reduce]
+    dt = data.dtype
+    acc = _acc(dt)
+    x, seg, lens, ax, S = _seg_layout(cast(data, acc), lengths, offsets, axis)
+    B, D, R = x.shape
+    g = cast(grad, acc).reshape(B, S, R)
+    out = cast(output, acc).reshape(B, S, R)
+    pad = jnp.zeros((B, 1, R), acc)
+    take = jax.vmap(lambda t, s: t[s])  # (S+1, R) rows by segment id (S = outside: zero)
+    gs = take(jnp.concatenate([g, pad], 1), seg)
+    os_ = take(jnp.concatenate([out, pad], 1), seg)
+    valid = (seg < S)[:, :, None]
+    if red == "sum":
+        r = gs
+    elif red == "mean":
+        n = take(jnp.concatenate([lens, jnp.ones((B, 1), lens.dtype)], 1)[..., None], seg)
+        r = gs / n.astype(acc)
+    elif red in ("max", "min"):
+        # CPU: every element equal to the result (or NaN) gets the gradient; with ties, the
+        # positive gradients (only those: CPU's `> 0` test) are split between them
+        hit = ((x == os_) | jnp.isnan(x)) & valid
+        ties = _seg_apply(jax.ops.segment_sum, hit.astype(acc), seg, S)
+        n = take(jnp.concatenate([ties, jnp.ones((B, 1, R), acc)], 1), seg)
+        r = jnp.where(hit, gs, 0)
+        r = jnp.where(hit & (n >= 2) & (gs > 0), gs / n, r)
+    else:  # prod
+        zero = (x == 0) & valid
+        nz = _seg_apply(jax.ops.segment_sum, zero.astype(acc), seg, S)
+        others = _seg_apply(jax.ops.segment_prod, jnp.where(zero, 1, x), seg, S)
+        if initial is not None:
+            others = others * jnp.asarray(initial, acc)
+        nz_at = take(jnp.concatenate([nz, jnp.zeros((B, 1, R), acc)], 1), seg)
+        oth_at = take(jnp.concatenate([others, jnp.zeros((B, 1, R), acc)], 1), seg)
+        r = jnp.where(zero, jnp.where(nz_at == 1, gs * oth_at, 0),
+                      gs * os_ / jnp.where(x == 0, 1, x))
+    r = jnp.where(valid, r, 0)
+    return cast(r.reshape(data.shape), dt)
+
+
+def _register_segment_kernel():
+    from .. import dispatch
+
+    op = torch.ops.aten.segment_reduce.default
+    if op in dispatch._registered:
+        return
+    entry = dispatch.Entry(op, LOWERINGS[op], "functional")
+
+    def kernel(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False,
+               initial=None):
+        if reduce not in _SEG_REDUCE:
+            raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, "
+                               f"got {reduce}")
+        if indices is not None:
+            raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+        if lengths is None and offsets is None:
+            raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
+        if not unsafe and lengths is not None and offsets is None and data.numel():
+            # CPU checks the values (one host read)
+            ok = bool((lengths.sum(-1) == data.shape[axis % data.dim()]).all().item())
+            if not ok:
+                raise RuntimeError("segment_reduce(): Expected all rows of lengths along axis to "
+                                   "sum to data.size(lengths.dim()-1) when !unsafe.")
+        return entry(data, reduce, lengths=lengths, indices=indices, offsets=offsets, axis=axis,
+                     unsafe=unsafe, initial=initial)
+
+    dispatch.register_kernel(op, kernel)
+
+
+_register_segment_kernel()
