@@ -598,3 +598,21 @@ def test_ops_are_native():
         torch.nonzero(x)
     assert torchneuron.decomposition_stats() == {}
     assert torchneuron.fallback_stats() == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=str)
+@pytest.mark.parametrize("norm_type", [1.0, 2.0, 3.0, float("inf")])
+def test_embedding_max_norm(norm_type, dtype):
+    # embedding_renorm_: the selected rows above max_norm are scaled in place (repeated
+    # indices once); the halves follow CPU's rounding exactly, float32/64 to the norm's ulp
+    w = (torch.randn(10, 4, dtype=torch.float64) * 2).to(dtype)
+    idx = torch.tensor([[1, 3, 3], [9, 0, 1]])
+    tol = {} if dtype in (torch.float16, torch.bfloat16) else dict(atol=1e-12, rtol=1e-6)
+    check(lambda w, i: F.embedding(i, w, max_norm=1.5, norm_type=norm_type), w, idx, **tol)
+    # through the module, then a training step (the forward after the renorm is differentiable)
+    if dtype == torch.float32:
+        emb = torch.nn.Embedding(10, 4, max_norm=1.0)
+        emb.weight.data.mul_(3)
+        check(lambda w, i: F.embedding(i, w, max_norm=1.0).sum(0), emb.weight.detach().clone()
+              .requires_grad_(), idx, grad=True, atol=1e-6, rtol=1e-6)

@@ -369,6 +369,39 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return weight.at[indices].get(mode="fill", wrap_negative_indices=False)
 
 
+@lower("embedding_renorm.default")
+def embedding_renorm(weight, indices, max_norm, norm_type):
+    """F.embedding(max_norm=...): each row that `indices` selects and whose norm exceeds
+    max_norm is scaled by max_norm / (norm + 1e-7), as CPU does (the norm in the weight's
+    dtype, the scale in double rounded to the weight's dtype, the product in float32)."""
+    dt = weight.dtype
+    half = jnp.dtype(dt) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+    acc = jnp.float32 if half else dt
+    w = weight.astype(acc)
+    a = jnp.abs(w)
+    p = float(norm_type)
+    if p == math.inf:
+        norm = jnp.max(a, axis=-1)
+    elif p == 0:
+        norm = jnp.sum((a != 0).astype(acc), axis=-1)
+    elif p == 1:
+        norm = jnp.sum(a, axis=-1)
+    elif p == 2:
+        norm = jnp.sqrt(jnp.sum(a * a, axis=-1))
+    else:
+        norm = jnp.power(jnp.sum(jnp.power(a, p), axis=-1), 1.0 / p)
+    if half:
+        norm = norm.astype(dt)
+    norm = norm.astype(jnp.float64)
+    used = jnp.zeros(weight.shape[:1], bool).at[jnp.asarray(indices).reshape(-1)].set(
+        True, mode="drop", wrap_negative_indices=False)
+    scale = jnp.asarray(max_norm, jnp.float64) / (norm + 1e-7)
+    # for half weights CPU's `row *= scale` rounds the scale to the weight's dtype first
+    scale = (scale.astype(dt) if half else scale).astype(acc)
+    hit = (used & (norm > max_norm))[:, None]
+    return jnp.where(hit, w * scale[:, None], w).astype(dt)
+
+
 @lower("embedding_dense_backward.default")
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     d = grad_output.shape[-1] if grad_output.ndim else 1
