@@ -321,3 +321,20 @@ def test_fractional_max_pool_nan_and_ties():
     s = torch.tensor([[[0.3, 0.7]]])
     check(lambda x, s: F.fractional_max_pool2d(x, 2, output_size=3, return_indices=True,
                                                _random_samples=s), x, s)
+
+
+@pytest.mark.parametrize("name,fn,xs,ws", [
+    ("conv1d", F.conv1d, (2, 3, 7), (4, 3, 3)),
+    ("conv2d", F.conv2d, (2, 3, 5, 5), (4, 3, 3, 3)),
+    ("conv_transpose1d", F.conv_transpose1d, (1, 3, 4), (3, 3, 3)),
+    ("conv_transpose2d", F.conv_transpose2d, (2, 4, 4, 4), (4, 3, 3, 3)),
+    ("conv_transpose3d", F.conv_transpose3d, (1, 3, 4, 4, 4), (3, 2, 3, 3, 3)),
+])
+def test_integer_convolution(name, fn, xs, ws):
+    # int64 convolutions are exact integer results on CPU (transposed ones were all-bias here)
+    x = torch.randint(-5, 6, xs)
+    w = torch.randint(-5, 6, ws)
+    nout = ws[1] if "transpose" in name else ws[0]
+    b = torch.randint(-5, 6, (nout,))
+    kw = dict(stride=2, padding=1, output_padding=1) if "transpose" in name else dict(stride=2, padding=1)
+    check(lambda x, w, b: fn(x, w, b, **kw), x, w, b)

@@ -67,6 +67,13 @@ def _conv_t(x, w, stride, padding, dilation, groups, out_shape):
     # out_shape is longer than x: the extra positions are not part of x's transpose
     crop = (slice(None), slice(None)) + tuple(slice(0, n) for n in x.shape[2:])
 
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        # jax transposes nothing for integers (they are not differentiable): compute in
+        # float64, exact while the partial sums stay below 2**53, and round back
+        r = _conv_t(x.astype(jnp.float64), w.astype(jnp.float64), stride, padding, dilation,
+                    groups, out_shape)
+        return jnp.round(r).astype(x.dtype)
+
     def fwd(z):
         return _conv_fwd(z, w, stride, padding, dilation, groups)[crop]
 
