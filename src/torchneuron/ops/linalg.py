@@ -458,7 +458,9 @@ def linalg_matrix_exp(A):
     flat = A.reshape((-1,) + A.shape[-2:])
     # float32/complex64 in double precision: the squaring phase amplifies rounding (seen 5x
     # CPU's error on a large-norm complex64 matrix against a complex128 reference)
-    wide = {jnp.dtype(jnp.float32): jnp.float64, jnp.dtype(jnp.complex64): jnp.complex128}.get(
+    # (float16/bfloat16, which jax's expm refuses, in float32)
+    wide = {jnp.dtype(jnp.float32): jnp.float64, jnp.dtype(jnp.complex64): jnp.complex128,
+            jnp.dtype(jnp.float16): jnp.float32, jnp.dtype(jnp.bfloat16): jnp.float32}.get(
         jnp.dtype(flat.dtype))
     r = jax.vmap(_jsp.linalg.expm)(flat.astype(wide) if wide else flat)
     return r.astype(A.dtype).reshape(A.shape)
