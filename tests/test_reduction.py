@@ -799,3 +799,28 @@ def test_segment_reduce_errors():
         with pytest.raises(RuntimeError) as dev:
             torch.segment_reduce(d.to(DEV), **dev_kw)
         assert str(dev.value) == str(cpu.value)
+
+
+# ---------------------------------------------------------------- hash_tensor
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                   torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool],
+                         ids=str)
+def test_hash_tensor(dtype):
+    # the exact uint64 XOR of the widened bits (negative integers sign-extended)
+    x = _rand((3, 4, 5), torch.float64).to(dtype) if dtype != torch.bool else torch.rand(3, 4, 5) > 0.5
+    if dtype in (torch.int8, torch.int32, torch.int64):
+        x = torch.randint(-100, 100, (3, 4, 5), dtype=dtype)
+    for kw in ({}, dict(dim=1), dict(dim=[0], keepdim=True), dict(dim=[0, -1])):
+        check(lambda t: torch.hash_tensor(t, **kw), x)
+    check(lambda t: torch.hash_tensor(t, 1), x[:0])  # no rows: an empty result
+
+
+def test_hash_tensor_errors():
+    for fn in (lambda d: torch.hash_tensor(torch.tensor([1 + 2j]).to(d)),
+               lambda d: torch.hash_tensor(torch.tensor([1.0]).to(d), mode=1),
+               lambda d: torch.hash_tensor(torch.zeros(0).to(d)),
+               lambda d: torch.hash_tensor(torch.zeros(3, 0).to(d), 1)):
+        with pytest.raises((RuntimeError, NotImplementedError, IndexError)) as cpu:
+            fn("cpu")
+        with pytest.raises(type(cpu.value), match=str(cpu.value).split("\n")[0][:40]):
+            fn(DEV)

@@ -1469,3 +1469,27 @@ def _register_segment_kernel():
 
 
 _register_segment_kernel()
+
+
+# ---------------------------------------------------------------- hash_tensor
+@lower("hash_tensor.default")
+def hash_tensor(x, dim=(), *, keepdim=False, mode=0):
+    """XOR of every element's bits after widening to its 64-bit kind (float64 / int64 /
+    uint64), as uint64."""
+    if mode != 0:
+        raise RuntimeError(f"Unknown hash_tensor mode: {mode}")
+    dt = jnp.dtype(x.dtype)
+    if jnp.issubdtype(dt, jnp.complexfloating):
+        raise NotImplementedError(
+            f"\"xor_sum_cpu\" not implemented for '{_NAMES.get(runtime.tdtype(dt), dt)}'")
+    if jnp.issubdtype(dt, jnp.floating):
+        bits = lax.bitcast_convert_type(x.astype(jnp.float64), jnp.uint64)
+    elif jnp.issubdtype(dt, jnp.signedinteger):
+        bits = lax.bitcast_convert_type(x.astype(jnp.int64), jnp.uint64)
+    else:  # unsigned, bool
+        bits = x.astype(jnp.uint64)
+    axes = tuple(d % x.ndim for d in dim) if dim else tuple(range(x.ndim))
+    r = lax.reduce(bits, jnp.uint64(0), lax.bitwise_xor, axes) if axes else bits
+    if keepdim:
+        r = jnp.expand_dims(r, axes) if axes else r
+    return r
