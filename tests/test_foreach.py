@@ -208,7 +208,8 @@ def test_max_zero_copy_clone():
     # copy casts and broadcasts into each destination
     check(copy, [torch.zeros(3, 4), torch.zeros(5, dtype=torch.int64)],
           [torch.randn(4, dtype=F64), torch.tensor([1.7, -2.2, 3.9, 0.0, 5.5])])
-    check(lambda a: torch.ops.aten._foreach_clone.default(a), xs)
+    if hasattr(torch.ops.aten, "_foreach_clone"):  # torch 2.11 has no such op
+        check(lambda a: torch.ops.aten._foreach_clone.default(a), xs)
 
 
 def test_inplace_on_views():

@@ -175,4 +175,4 @@ def register() -> None:
                 op = resolve(n)
             except AttributeError:
                 continue
-            lib.impl(op.name().split("::", 1)[1], make(op), _KEY)
+            lib.impl(op.name().split("::", 1)[1], make(op), _KEY, allow_override=True)

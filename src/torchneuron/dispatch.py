@@ -366,6 +366,7 @@ class Entry:
         if func_op is not self.op and self.mode == "inplace":
             fm_args, fm_kwargs = _drop_out_args(func_op, meta_args, meta_kwargs)
             meta_func = _run_meta(func_op, fm_args, fm_kwargs)
+            _check_inplace_cast(meta_func, meta_args[0] if meta_args else None)
         else:
             meta_func = meta_self
 
@@ -772,8 +773,20 @@ def register_kernel(op, fn):
     if op in _registered:
         return
     name = op.name().split("::", 1)[1]
-    library().impl(name, fn, "PrivateUse1")
+    library().impl(name, fn, "PrivateUse1", allow_override=True)
     _registered[op] = fn
+
+
+def _check_inplace_cast(result, self_) -> None:
+    """An in-place op computed through its functional form must be able to cast the
+    result back into self, as TensorIterator checks (some releases' meta kernels for the
+    in-place overload do not: torch 2.11's div_ accepts an int64 self)."""
+    if isinstance(result, (tuple, list)):
+        result = result[0] if result else None
+    if (isinstance(result, Tensor) and isinstance(self_, Tensor)
+            and not torch.can_cast(result.dtype, self_.dtype)):
+        raise RuntimeError(f"result type {scalar_type_name(result.dtype)} can't be cast to the "
+                           f"desired output type {scalar_type_name(self_.dtype)}")
 
 
 def register_lowerings():

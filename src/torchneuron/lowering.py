@@ -75,7 +75,7 @@ def meta_kernel(name: str, fn, replace: bool = False) -> None:
         _meta_lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-        _meta_lib.impl(qual.split("::", 1)[1], fn, "Meta")
+        _meta_lib.impl(qual.split("::", 1)[1], fn, "Meta", allow_override=True)
 
 
 def lower(*names, static=(), random=False, probe=False):

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..lowering import cast, lower
+from ..lowering import cast, lower, meta_kernel
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -82,6 +82,34 @@ def _softmax(s):
     p = jnp.where(den == 0, jnp.zeros_like(e), e / safe)
     lse = m + jnp.log(den)  # -inf on fully masked rows
     return p, lse[..., 0]
+
+
+def _fused_meta(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+                return_debug_mask=False, *, scale=None):
+    # 3-D (H, L, E) and 4-D (B, H, L, E) queries, as torch 2.13's meta kernel does
+    if query.dim() not in (3, 4):
+        raise RuntimeError("query must be 3D or 4D")
+    B, H, L = (1,) + tuple(query.shape[:2]) if query.dim() == 3 else tuple(query.shape[:3])
+    out = torch.empty(tuple(query.shape[:-1]) + (value.shape[-1],), dtype=query.dtype,
+                      device="meta")
+    lse = torch.empty((B, H, L), dtype=torch.float32, device="meta")
+    seed = torch.empty((), dtype=torch.long, device="meta")
+    offset = torch.empty((), dtype=torch.long, device="meta")
+    return out, lse, None, None, L, key.shape[-2], seed, offset, None
+
+
+def _fused_backward_meta(grad_out, query, key, value, attn_bias, grad_input_mask, out,
+                         logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+                         philox_seed, philox_offset, *, scale=None):
+    return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
+            torch.empty_like(attn_bias) if attn_bias is not None else None)
+
+
+if torch.torch_version.TorchVersion(torch.__version__) < (2, 13):
+    # torch 2.11's meta kernel takes 4-D queries only, and its backward has none
+    meta_kernel("_scaled_dot_product_fused_attention_overrideable", _fused_meta, replace=True)
+    meta_kernel("_scaled_dot_product_fused_attention_overrideable_backward",
+                _fused_backward_meta, replace=True)
 
 
 @lower("_scaled_dot_product_fused_attention_overrideable.default")
@@ -213,7 +241,8 @@ def _register_kernels():
     key = (op, "AutogradPrivateUse1")
     if key in dispatch._registered:
         return
-    dispatch.library().impl("scaled_dot_product_attention", _sdpa_autograd, "AutogradPrivateUse1")
+    dispatch.library().impl("scaled_dot_product_attention", _sdpa_autograd, "AutogradPrivateUse1",
+                            allow_override=True)
     dispatch._registered[key] = _sdpa_autograd
 
 

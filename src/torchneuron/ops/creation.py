@@ -307,6 +307,21 @@ def _register_fill_checks():
         out.copy_(r.reshape(out.shape))
         return out
 
+    def _arange_k(op):
+        def k(*args, dtype=None, layout=None, device=None, pin_memory=None):
+            start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+            # int64 truncates the arguments before the length is computed; a step that
+            # truncates to 0 is refused like torch 2.13's CPU does (torch 2.11's meta
+            # kernel divides by it; its CPU kernel dies of SIGFPE)
+            vals = [v.item() if isinstance(v, torch.Tensor) else v for v in (start, end, step)]
+            ints = all(isinstance(v, int) for v in vals)
+            if (dtype == torch.int64 or ints) and isinstance(vals[2], (int, float)) \
+                    and math.isfinite(vals[2]) and vals[2] != 0 and int(vals[2]) == 0:
+                raise ValueError("step must be nonzero")
+            return entry(op, op)(*args, dtype=dtype, layout=layout, device=device,
+                                 pin_memory=pin_memory)
+        return k
+
     def arange_out_k(*args, out):
         start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
         r = aten.arange.start_step(start, end, step, dtype=out.dtype, device=out.device)
@@ -324,6 +339,8 @@ def _register_fill_checks():
         r = aten.eye.m(n, n if m is None else m, dtype=out.dtype, device=out.device)
         return _into(out, r, keep_shape=False)
 
+    for op in (aten.arange.start_step, aten.arange.start, aten.arange.default):
+        dispatch.register_kernel(op, _arange_k(op))
     dispatch.register_kernel(aten.arange.start_out, arange_out_k)
     dispatch.register_kernel(aten.arange.out, arange_out_k)
     dispatch.register_kernel(aten.linspace.out, linspace_out_k)

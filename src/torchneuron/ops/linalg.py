@@ -83,8 +83,14 @@ def mm_dtype(a, b, out_dtype_):
     return cast(dot(a, b, ((1,), (0,))), out_dtype())
 
 
+def _expected_scalar_type(a, b):
+    if jnp.dtype(a.dtype) != jnp.dtype(b.dtype):
+        raise RuntimeError(f"expected scalar type {_tname(a)} but found {_tname(b)}")
+
+
 @lower("bmm.default")
 def bmm(a, b):
+    _expected_scalar_type(a, b)
     return dot(a, b, ((2,), (1,)), ((0,), (0,)), dt=out_dtype())
 
 
@@ -152,6 +158,7 @@ def mv(a, v):
 
 @lower("addmv.default")
 def addmv(self, a, v, *, beta=1, alpha=1):
+    _expected_scalar_type(a, v)
     dt = out_dtype()
     return _add_beta(dot(a, v, ((1,), (0,)), dt=dt), self, beta, alpha, dt)
 

@@ -21,6 +21,7 @@ a device stream (PyTorch raises the same error on CUDA).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ..lowering import LOWERINGS, lower, out_dtype, out_meta, rng_key
+from ..lowering import LOWERINGS, lower, meta_kernel, out_dtype, out_meta, rng_key
 
 aten = torch.ops.aten
 
@@ -504,6 +505,21 @@ def poisson(self, generator=None):
     return v.astype(self.dtype)
 
 
+@functools.lru_cache(maxsize=None)
+def _empty_categories_msg():
+    """CPU's error for multinomial over zero categories (its wording differs between torch
+    releases: a min() error on 2.11, an aminmax() one on 2.13)."""
+    try:
+        torch.multinomial(torch.ones(1, 0), 1, True)
+    except RuntimeError as e:
+        return str(e)
+    return "multinomial(): there are no categories to sample from"
+
+
+# torch 2.11 has no meta kernel for _standard_gamma (2.13 has)
+meta_kernel("_standard_gamma", lambda self, generator=None: torch.empty_like(self))
+
+
 @lower("_standard_gamma.default", random=True)
 def standard_gamma(self, generator=None):
     _no_generator(generator)
@@ -633,8 +649,7 @@ def _register_checked_kernels():
         n = int(num_samples)
         _check_multinomial_static(tuple(self.shape), _jdt(self.dtype), n, replacement)
         if self.shape[-1] == 0:
-            raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the "
-                               "operation has no identity.")
+            raise RuntimeError(_empty_categories_msg())
         if self.numel():
             code = _device_flag(self, "multinomial", bool(not replacement or n == 1))
             if code:

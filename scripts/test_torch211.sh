@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# torch 2.11 compatibility: set up .venv-torch211 (idempotent) with the oldest supported
+# torch and run the demo and the test files that exercise the APIs that change between
+# torch releases (registration, views, copies, autograd, AMP, optimizers, Dynamo/AOT).
+# Pass test files or pytest options to run something else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv-torch211/bin/python ]; then
+  python3 -m venv .venv-torch211
+fi
+. .venv-torch211/bin/activate
+python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+python -m pip install -q -r requirements-torch211.txt
+python -m pip install -q --no-deps -e .
+python -c "import torch; assert torch.__version__.startswith('2.11'), torch.__version__"
+python -m torchneuron.demo --no-progress
+if [ "$#" -eq 0 ]; then
+  set -- tests/test_device.py tests/test_views.py tests/test_copy.py tests/test_training.py \
+         tests/test_amp.py tests/test_optim.py tests/test_attention.py tests/test_random.py \
+         tests/test_creation.py tests/test_foreach.py tests/test_forward_ad.py \
+         tests/test_compile.py
+fi
+python -m pytest -q -n "${TORCHNEURON_TEST_WORKERS:-2}" --dist loadfile -p no:cacheprovider "$@"
