@@ -761,8 +761,9 @@ def test_renorm_errors():
                  (torch.randn(3, 3), 2, 0, -1.0)]:
         with pytest.raises(RuntimeError) as cpu:
             torch.renorm(*args)
-        with pytest.raises(RuntimeError, match=str(cpu.value)):
+        with pytest.raises(RuntimeError) as dev:
             torch.renorm(args[0].to(DEV), *args[1:])
+        assert str(dev.value) == str(cpu.value)
 
 
 # ---------------------------------------------------------------- segment_reduce
@@ -822,5 +823,6 @@ def test_hash_tensor_errors():
                lambda d: torch.hash_tensor(torch.zeros(3, 0).to(d), 1)):
         with pytest.raises((RuntimeError, NotImplementedError, IndexError)) as cpu:
             fn("cpu")
-        with pytest.raises(type(cpu.value), match=str(cpu.value).split("\n")[0][:40]):
+        with pytest.raises(type(cpu.value)) as dev:
             fn(DEV)
+        assert str(dev.value) == str(cpu.value)

@@ -777,16 +777,21 @@ def register_kernel(op, fn):
     _registered[op] = fn
 
 
+def _check_cast(result_dtype, out_dtype) -> None:
+    """TensorIterator's rule for in-place and out= results."""
+    if not torch.can_cast(result_dtype, out_dtype):
+        raise RuntimeError(f"result type {scalar_type_name(result_dtype)} can't be cast to the "
+                           f"desired output type {scalar_type_name(out_dtype)}")
+
+
 def _check_inplace_cast(result, self_) -> None:
     """An in-place op computed through its functional form must be able to cast the
-    result back into self, as TensorIterator checks (some releases' meta kernels for the
-    in-place overload do not: torch 2.11's div_ accepts an int64 self)."""
+    result back into self (some releases' meta kernels for the in-place overload do not
+    check: torch 2.11's div_ accepts an int64 self)."""
     if isinstance(result, (tuple, list)):
         result = result[0] if result else None
-    if (isinstance(result, Tensor) and isinstance(self_, Tensor)
-            and not torch.can_cast(result.dtype, self_.dtype)):
-        raise RuntimeError(f"result type {scalar_type_name(result.dtype)} can't be cast to the "
-                           f"desired output type {scalar_type_name(self_.dtype)}")
+    if isinstance(result, Tensor) and isinstance(self_, Tensor):
+        _check_cast(result.dtype, self_.dtype)
 
 
 def register_lowerings():
@@ -877,11 +882,7 @@ def _out_kernel(out_op, func_op):
         for o, r in zip(outs, results):
             if o.device.type != "neuron":
                 raise device_mismatch("neuron:0", o.device)
-            if not torch.can_cast(r.dtype, o.dtype):
-                raise RuntimeError(
-                    f"result type {scalar_type_name(r.dtype)} can't be cast to the desired output "
-                    f"type {scalar_type_name(o.dtype)}"
-                )
+            _check_cast(r.dtype, o.dtype)
             resize_output(o, r.shape)
             o.copy_(r)
         if sch.nreturns == 1:

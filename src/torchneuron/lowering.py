@@ -179,6 +179,18 @@ _F32, _F64, _BF16, _F16 = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64), jnp.d
 _UINT_OF = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
 
 
+def round_to(x, dt):
+    """Round float32 values to float16/bfloat16 precision, kept in float32 (other dtypes
+    pass through): c10::Half/BFloat16 arithmetic rounds after every operation, where XLA
+    would keep float32 between fused ops."""
+    dt = jnp.dtype(dt)
+    if dt == jnp.dtype(jnp.float16):
+        return lax.reduce_precision(x, exponent_bits=5, mantissa_bits=10)
+    if dt == jnp.dtype(jnp.bfloat16):
+        return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)
+    return x
+
+
 def _nonzero_bits(x):
     """x != 0 on the bits: XLA:CPU treats subnormal inputs as zero (DAZ), PyTorch does not."""
     u = _UINT_OF[x.dtype.itemsize]

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..lowering import cast, lower, out_dtype, out_meta
+from ..lowering import cast, lower, out_dtype, out_meta, round_to
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -233,17 +233,24 @@ def max_pool3d_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1
     return _max_pool(x, 3, kernel_size, stride, padding, dilation)
 
 
+def _scatter_flat(v, indices, out_sp, add):
+    """A zero (..., *out_sp) array with out[..., indices[j]] = v[..., j] (or += when add)
+    over the flattened spatial dims; out-of-range indices are dropped."""
+    nd = len(out_sp)
+    batch = tuple(v.shape[:-nd])
+    B = math.prod(batch)
+    n_v = math.prod(v.shape[-nd:])  # (not -1: the batch may be empty)
+    vf = v.reshape(B, n_v)
+    idx = indices.reshape(B, n_v).astype(jnp.int64)
+    rows = lax.broadcasted_iota(jnp.int64, idx.shape, 0)
+    at = jnp.zeros((B, math.prod(out_sp)), v.dtype).at[rows, idx]
+    out = at.add(vf, mode="drop") if add else at.set(vf, mode="drop")
+    return out.reshape(batch + tuple(out_sp))
+
+
 def _scatter_by_index(g, indices, in_shape, nd):
     """grad_input[..., indices[j]] += g[..., j] over the flattened spatial dims."""
-    batch = in_shape[:-nd]
-    B = math.prod(batch)
-    n_in = math.prod(in_shape[-nd:])
-    acc = _acc(g.dtype)
-    n_g = math.prod(g.shape[-nd:])  # (not -1: the batch may be empty)
-    gf = cast(g, acc).reshape(B, n_g)
-    idx = indices.reshape(B, n_g)
-    rows = lax.broadcasted_iota(jnp.int64, idx.shape, 0)
-    out = jnp.zeros((B, n_in), acc).at[rows, idx].add(gf, mode="drop")
+    out = _scatter_flat(cast(g, _acc(g.dtype)), indices, tuple(in_shape[-nd:]), add=True)
     return cast(out.reshape(in_shape), g.dtype)
 
 
@@ -470,16 +477,7 @@ def adaptive_max_pool3d_backward(grad_output, x, indices):
 # ---------------------------------------------------------------- max unpooling
 def _max_unpool(x, indices, out_sp):
     """out[..., indices[j]] = x[..., j] over the flattened spatial dims (a zero output)."""
-    nd = len(out_sp)
-    batch = x.shape[:-nd]
-    B = math.prod(batch)
-    n_out = math.prod(out_sp)
-    n_x = math.prod(x.shape[-nd:])
-    xf = x.reshape(B, n_x)
-    idx = indices.reshape(B, n_x).astype(jnp.int64)
-    rows = lax.broadcasted_iota(jnp.int64, idx.shape, 0)
-    out = jnp.zeros((B, n_out), x.dtype).at[rows, idx].set(xf, mode="drop")
-    return out.reshape(tuple(batch) + tuple(out_sp))
+    return _scatter_flat(x, indices, out_sp, add=False)
 
 
 @lower("max_unpool2d.default")
@@ -553,7 +551,7 @@ def _frac_intervals(sample, in_size, out_size, pool, dt):
     half = jnp.dtype(dt) in _HALF
 
     def r(v):  # CPU's Half/BFloat16 arithmetic rounds after every operation
-        return cast(cast(v, dt), jnp.float32) if half else v
+        return round_to(v, dt)
 
     ct = jnp.float32 if half else dt
     alpha = r(jnp.asarray(in_size - pool, ct) / jnp.asarray(out_size - 1, ct))

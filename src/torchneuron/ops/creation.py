@@ -9,7 +9,7 @@ import torch
 import numpy as _np
 from jax import lax
 
-from ..lowering import LOWERINGS, cast, convert, lower, out_dtype, out_meta
+from ..lowering import LOWERINGS, cast, convert, lower, out_dtype, out_meta, round_to
 
 
 def _shape():
@@ -72,16 +72,6 @@ def ones_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memor
 _F16, _BF16 = jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)
 
 
-def _round_to(x, dt):
-    """Round float32 values to dt's precision, kept in float32: c10::Half/BFloat16
-    arithmetic rounds after every operation."""
-    if dt == _F16:
-        return lax.reduce_precision(x, exponent_bits=5, mantissa_bits=10)
-    if dt == _BF16:
-        return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7)
-    return x
-
-
 @lower("arange.start_step", "arange.start", "arange.default", static=("start", "end", "step"))
 def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     # PyTorch's CPU kernel: start + step * i in acc_type (double for float/double, float for
@@ -139,7 +129,7 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
         return lax.complex(re, im)
     half = dt in (_F16, _BF16)
     cd = jnp.float32 if half else dt
-    r = (lambda v: _round_to(v, dt)) if half else (lambda v: v)
+    r = (lambda v: round_to(v, dt)) if half else (lambda v: v)
     s = r(start_.real.astype(jnp.float64).astype(cd) if jnp.iscomplexobj(start_) else start_.astype(cd))
     e = r(end_.real.astype(jnp.float64).astype(cd) if jnp.iscomplexobj(end_) else end_.astype(cd))
     if steps == 1:

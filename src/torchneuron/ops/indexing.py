@@ -378,18 +378,9 @@ def embedding_renorm(weight, indices, max_norm, norm_type):
     half = jnp.dtype(dt) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
     acc = jnp.float32 if half else dt
     w = weight.astype(acc)
-    a = jnp.abs(w)
-    p = float(norm_type)
-    if p == math.inf:
-        norm = jnp.max(a, axis=-1)
-    elif p == 0:
-        norm = jnp.sum((a != 0).astype(acc), axis=-1)
-    elif p == 1:
-        norm = jnp.sum(a, axis=-1)
-    elif p == 2:
-        norm = jnp.sqrt(jnp.sum(a * a, axis=-1))
-    else:
-        norm = jnp.power(jnp.sum(jnp.power(a, p), axis=-1), 1.0 / p)
+    from .reduction import pnorm_last
+
+    norm = pnorm_last(jnp.abs(w), float(norm_type))
     if half:
         norm = norm.astype(dt)
     norm = norm.astype(jnp.float64)

@@ -521,22 +521,11 @@ def _geqrf_meta(A):
     import torch
 
     if A.dim() < 2:
-        raise RuntimeError(f"torch.geqrf: The input tensor A must have at least 2 dimensions.")
+        raise RuntimeError("torch.geqrf: The input tensor A must have at least 2 dimensions.")
     m, n = A.shape[-2:]
     batch = tuple(A.shape[:-2])
-    a = torch.empty_strided(batch + (m, n), _col_major_strides(batch, m, n), dtype=A.dtype,
-                            device=A.device)
+    a = torch.empty(batch + (n, m), dtype=A.dtype, device=A.device).mT  # column-major
     return a, A.new_empty(batch + (min(m, n),))
-
-
-def _col_major_strides(batch, m, n):
-    st = [1, max(m, 1)]  # rows, columns
-    strides = [st[0], st[1]]
-    acc = max(m, 1) * max(n, 1)
-    for b in reversed(batch):
-        strides.insert(0, acc)
-        acc *= max(b, 1)
-    return tuple(strides)
 
 
 meta_kernel("geqrf", _geqrf_meta)
@@ -604,8 +593,8 @@ def _lstsq_meta(A, B, rcond=None, *, driver=None):
     import torch
 
     if driver not in (None, "gelsy", "gelsd", "gelss", "gels"):
-        raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of (gels, "
-                           f"gelsy, gelsd, gelss)")
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, "
+                           "gelsy, gelsd, gelss)")
     vector = B.dim() == A.dim() - 1
     Bm = B.unsqueeze(-1) if vector else B
     batch = tuple(torch.broadcast_shapes(A.shape[:-2], Bm.shape[:-2]))

@@ -24,7 +24,7 @@ import torch
 from jax import lax
 
 from .. import runtime
-from ..lowering import LOWERINGS, cast, is_float, lower, out_dtype, out_meta
+from ..lowering import LOWERINGS, cast, is_float, lower, out_dtype, out_meta, round_to
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
@@ -755,12 +755,10 @@ def histc(x, bins=100, min=0, max=0):
     xf = x.reshape(-1)
     valid = (xf >= left) & (xf <= right)
     if jnp.dtype(dt) in _HALF:
-        # CPU's c10::Half/BFloat16 arithmetic rounds after each operation (XLA would keep
-        # float32 between fused ops): round explicitly, so edge elements land in CPU's bin
-        exp_bits, man_bits = (5, 10) if jnp.dtype(dt) == jnp.dtype(jnp.float16) else (8, 7)
-
+        # round after each operation like CPU's Half arithmetic, so edge elements land in
+        # CPU's bin
         def r(v):
-            return lax.reduce_precision(v, exponent_bits=exp_bits, mantissa_bits=man_bits)
+            return round_to(v, dt)
 
         f = jnp.float32
         d = r(xf.astype(f) - left.astype(f))
@@ -779,8 +777,9 @@ def _pdiff(x1, x2):
     return x1[..., :, None, :] - x2[..., None, :, :]
 
 
-def _dist(a, p):
-    """p-norm over the last axis of |differences| `a`."""
+def pnorm_last(a, p):
+    """The p-norm over the last axis of non-negative values `a` (|x| or |differences|):
+    p = 0 counts non-zeros, p = inf is the max; an empty axis gives 0."""
     if a.shape[-1] == 0:
         return jnp.zeros(a.shape[:-1], a.dtype)
     if p == 0:
@@ -818,7 +817,7 @@ def _dist_grad(diff, g, dist, p, acc):
 def cdist_forward(x1, x2, p, compute_mode=None):
     dt = out_dtype() or x1.dtype
     x1, x2 = cast(x1, _acc(dt)), cast(x2, _acc(dt))
-    return _dist(jnp.abs(_pdiff(x1, x2)), p)
+    return pnorm_last(jnp.abs(_pdiff(x1, x2)), p)
 
 
 @lower("_cdist_backward.default", static=("p",))
@@ -850,7 +849,7 @@ def pdist_forward(x, p=2.0):
     if n < 2:
         return jnp.zeros((0,), x.dtype)
     i, j = _pairs(n)
-    return _dist(jnp.abs(x[i] - x[j]), p)
+    return pnorm_last(jnp.abs(x[i] - x[j]), p)
 
 
 @lower("_pdist_backward.default", static=("p",))
@@ -874,19 +873,10 @@ def renorm(x, p, dim, maxnorm):
     dt = x.dtype
     acc = _acc(dt)
     xa = cast(x, acc)
-    d = dim % x.ndim if x.ndim else 0
-    axes = tuple(a for a in range(x.ndim) if a != d)
-    a = jnp.abs(xa)
-    if p == math.inf:
-        norm = jnp.max(a, axis=axes, keepdims=True)
-    elif p == 0:
-        norm = jnp.sum((a != 0).astype(acc), axis=axes, keepdims=True)
-    elif p == 1:
-        norm = jnp.sum(a, axis=axes, keepdims=True)
-    elif p == 2:
-        norm = jnp.sqrt(jnp.sum(a * a, axis=axes, keepdims=True))
-    else:
-        norm = jnp.power(jnp.sum(jnp.power(a, p), axis=axes, keepdims=True), 1.0 / p)
+    d = dim % x.ndim  # the meta kernel has checked x.ndim >= 2
+    a = jnp.moveaxis(jnp.abs(xa), d, 0)
+    norm = pnorm_last(a.reshape(a.shape[0], math.prod(a.shape[1:])), p)  # one per slice
+    norm = norm.reshape(tuple(-1 if k == d else 1 for k in range(x.ndim)))
     # CPU: factor = maxnorm / (norm + 1e-7) where norm > maxnorm, else 1, computed from the
     # float32 norm and rounded once to a half input's dtype; then self * factor
     mx = jnp.asarray(maxnorm, acc)
