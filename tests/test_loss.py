@@ -271,3 +271,101 @@ def test_multilabel_margin(dtype, reduction):
         check(lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction),
               _x((4,), dtype, scale=0.5).requires_grad_(), torch.tensor([1, 3, -1, 0]),
               grad=True, **_tol(dtype))
+
+
+# ---------------------------------------------------------------- ctc_loss
+def _ctc_case(T=14, N=4, C=6, S=5, dtype=torch.float32, seed=0):
+    lp = torch.log_softmax(_x((T, N, C), torch.float64, seed=seed), -1).to(dtype).requires_grad_()
+    g = torch.Generator().manual_seed(seed + 7)
+    targets = torch.randint(1, C, (N, S), generator=g)
+    targets[0, 1] = targets[0, 0]  # a repeated label: no skip transition between them
+    input_lengths = [T, T - 3, 6, 0][:N]
+    target_lengths = [S, 3, 0, 0][:N]
+    return lp, targets, input_lengths, target_lengths
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("reduction", REDS)
+@pytest.mark.parametrize("zero_infinity", [False, True], ids=["inf", "zero_inf"])
+@pytest.mark.parametrize("layout", ["padded", "concatenated"])
+@pytest.mark.parametrize("lengths_as", ["tensor", "list"])
+def test_ctc_loss(dtype, reduction, zero_infinity, layout, lengths_as):
+    lp, targets, il, tl = _ctc_case(dtype=dtype)
+    if layout == "concatenated":
+        targets = torch.cat([targets[b, :n] for b, n in enumerate(tl)])
+    if lengths_as == "tensor":
+        il, tl = torch.tensor(il), torch.tensor(tl)
+    check(lambda lp, t, il, tl: F.ctc_loss(lp, t, il, tl, reduction=reduction,
+                                           zero_infinity=zero_infinity),
+          lp, targets, il, tl, grad=True, **_tol(dtype))
+
+
+def test_ctc_loss_impossible_alignment_and_empty_inputs():
+    # a target longer than its input: infinite loss (zero with zero_infinity), and the
+    # gradient of that element is NaN/garbage-free exactly as CPU's
+    lp = torch.log_softmax(_x((3, 3, 4)), -1).requires_grad_()
+    targets = torch.tensor([[1, 2, 1, 2], [1, 1, 0, 0], [3, 0, 0, 0]])
+    for zi in (False, True):
+        check(lambda lp, t: F.ctc_loss(lp, t, [3, 3, 0], [4, 2, 1], reduction="none",
+                                       zero_infinity=zi), lp, targets, grad=True, **_tol(torch.float32))
+    check(lambda lp, t: torch.ops.aten._ctc_loss(lp, t, [3, 2, 1], [2, 1, 0], 0, False)[0],
+          lp, targets.int(), grad=True, **_tol(torch.float32))
+
+
+def test_ctc_loss_other_blank_and_unbatched():
+    lp, targets, il, tl = _ctc_case(N=3)
+    targets = targets.clamp(max=4)  # labels 1..4, blank 5
+    check(lambda lp, t: F.ctc_loss(lp, t, il[:3], tl[:3], blank=5), lp, targets, grad=True,
+          **_tol(torch.float32))
+    one = torch.log_softmax(_x((9, 5)), -1).requires_grad_()
+    check(lambda lp, t: F.ctc_loss(lp, t, torch.tensor(9), torch.tensor(3)), one,
+          torch.tensor([2, 2, 4]), grad=True, **_tol(torch.float32))
+
+
+def test_ctc_loss_module_training_step_natively():
+    # wav2vec2-style: a linear head over frames, CTCLoss, a few SGD steps
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 6)
+    frames = torch.randn(10, 2, 8)
+    targets, il, tl = torch.tensor([[1, 2, 3], [4, 4, 0]]), torch.tensor([10, 8]), torch.tensor([3, 2])
+
+    def train(model, dev):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for _ in range(3):
+            loss = torch.nn.CTCLoss(zero_infinity=True)(
+                model(frames.to(dev)).log_softmax(-1), targets.to(dev), il.to(dev), tl.to(dev))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    import copy
+
+    from helpers import native_only
+    ref = train(copy.deepcopy(head), "cpu")
+    with native_only():
+        got = train(copy.deepcopy(head).to("neuron"), "neuron")
+    assert got == pytest.approx(ref, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("case", ["half", "short_targets", "blank", "too_long_input",
+                                  "lengths_size", "float_lengths"])
+def test_ctc_loss_errors_like_cpu(case):
+    lp = torch.log_softmax(_x((5, 2, 4)), -1)
+    t = torch.tensor([[1, 2], [1, 1]])
+    call = {
+        "half": lambda lp, t: F.ctc_loss(lp.half(), t, [5, 5], [2, 2]),
+        "short_targets": lambda lp, t: torch.ops.aten._ctc_loss(lp, t.short(), [5, 5], [2, 2]),
+        "blank": lambda lp, t: F.ctc_loss(lp, t, [5, 5], [2, 2], blank=4),
+        "too_long_input": lambda lp, t: F.ctc_loss(lp, t, [6, 5], [2, 2]),
+        "lengths_size": lambda lp, t: F.ctc_loss(lp, t, [5], [2, 2]),
+        "float_lengths": lambda lp, t: torch.ops.aten._ctc_loss.Tensor(
+            lp, t, torch.tensor([5.0, 5.0]), torch.tensor([2, 2])),
+    }[case]
+    with pytest.raises(Exception) as cpu:
+        call(lp, t)
+    with pytest.raises(type(cpu.value)) as dev:
+        call(lp.to("neuron"), t.to("neuron"))
+    assert str(dev.value) == str(cpu.value)

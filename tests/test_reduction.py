@@ -493,6 +493,71 @@ def test_histc():
     check(lambda x: torch.histc(x.reshape(2, 5), 6), x.nan_to_num())
 
 
+INT_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
+def test_histc_integers_follow_cuda(dtype):
+    """CPU has no integer histc; CUDA's kernel bins in integer arithmetic, which for these
+    ranges is exactly CPU's float64 histc (the reference), cast to the input type."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 100, (200,), generator=g, dtype=dtype)
+    cases = [dict(bins=4, min=0, max=3), dict(bins=7), dict(bins=10, min=5, max=60),
+             dict(bins=3, min=20, max=20), dict(bins=100, min=0, max=99), dict(bins=1)]
+    with native_only():
+        for kw in cases:
+            ref = torch.histc(x.double(), **kw).to(dtype)
+            assert_same(torch.histc(x.to(DEV), **kw), ref, msg=str(kw))
+        assert_same(torch.histc(x.to(DEV).reshape(10, 20)[:, ::2], bins=5),
+                    torch.histc(x.reshape(10, 20)[:, ::2].double(), bins=5).to(dtype))
+        # the MoE idiom of transformers (integrations/moe.py): expert counts
+        ids = torch.tensor([[0, 3], [1, 3], [3, 2]], dtype=dtype)
+        assert_same(torch.histc(ids.to(DEV), bins=4, min=0, max=3),
+                    torch.tensor([1, 1, 1, 3], dtype=dtype))
+
+
+def test_histc_integer_edge_cases_exact():
+    """CUDA's rules where float binning would differ: Scalar bounds truncate to integers,
+    bounds wrap into the input type, counts wrap in the input type, an empty data range
+    widens in the input type (and a range that wraps over is refused)."""
+    u8 = torch.tensor([0, 1, 1, 2, 200, 255], dtype=torch.uint8)
+    with native_only():
+        assert torch.histc(u8.to(DEV), bins=2, min=0.9, max=2.7).tolist() == [1, 3]  # [0, 2]
+        # max=300 is stored in uint8 as 44: the range is [0, 44]
+        assert torch.histc(u8.to(DEV), bins=4, min=0, max=300).tolist() == [4, 0, 0, 0]
+        many = torch.full((300,), 7, dtype=torch.uint8)
+        assert torch.histc(many.to(DEV), bins=2, min=0, max=8).tolist() == [0, 300 - 256]
+        same = torch.full((5,), 9, dtype=torch.int16)  # data range [9, 9] -> [8, 10]
+        assert torch.histc(same.to(DEV), bins=3).tolist() == [0, 5, 0]
+        assert torch.histc(torch.zeros(0, dtype=torch.int32).to(DEV), bins=3).tolist() == [0] * 3
+        out = torch.empty(0, dtype=torch.int64, device=DEV)
+        torch.histc(torch.tensor([1, 2, 3]).to(DEV), bins=3, out=out)
+        assert out.tolist() == [1, 1, 1]
+    for fn, msg in [
+        (lambda: torch.histc(torch.zeros(3, dtype=torch.uint8, device=DEV)),  # [255, 1]
+         "max must be larger than min"),
+        (lambda: torch.histc(torch.arange(3, device=DEV), bins=4, min=3, max=1),
+         "max must be larger than min"),
+        (lambda: torch.histc(torch.arange(3, device=DEV), bins=0), "bins must be > 0"),
+    ]:
+        with pytest.raises(RuntimeError) as info:
+            fn()
+        assert str(info.value) == msg
+
+
+def test_histc_integers_compiled_match_eager():
+    def f(x):
+        return torch.histc(x, bins=4, min=0, max=3), torch.histc(x * 2, bins=3)
+
+    x = torch.tensor([0, 3, 1, 3, 2, 3], dtype=torch.int32)
+    eager = f(x.to(DEV))
+    torch._dynamo.reset()
+    with native_only():
+        got = torch.compile(f, backend="neuron")(x.to(DEV))
+    assert_same(got, tuple(t.cpu() for t in eager))
+    assert_same(eager[0], torch.tensor([1, 1, 1, 3], dtype=torch.int32))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_histc_half_bin_edges(dtype):
     # CPU computes each bin position in the half type, rounding after every operation;
@@ -658,7 +723,7 @@ def test_errors():
     _same_error(lambda x: x.cummax(0), i.to(torch.complex64))
     _same_error(lambda x: x.sort(), i.to(torch.complex64))
     _same_error(lambda x: x.amax(), i.to(torch.complex64))
-    _same_error(lambda x: torch.histc(x, 4), i)
+    _same_error(lambda x: torch.histc(x, 4), i > 0)
     _same_error(lambda x: torch.histc(x, 4, 3, 1), i.float())
 
 

@@ -30,6 +30,12 @@ def _register() -> None:
             raise RuntimeError(
                 "torchneuron: the PrivateUse1 backend is already registered as "
                 f"{torch._C._get_privateuse1_backend_name()!r}")
+        from . import native
+
+        # the C++ hooks first (they can return a pinned-memory allocator); PyTorch then
+        # ignores the Python hooks passed below
+        if not native.register_hooks(device.is_available):
+            native.install_python_pinning()
         _setup_privateuseone_for_python_backend(
             "neuron", backend_module=device, hook=_hooks(), device_guard=_guard())
     _patch_storage_methods()
@@ -44,6 +50,9 @@ def _register() -> None:
     from . import amp
 
     amp.register()
+    from . import dynamo_skip
+
+    dynamo_skip.skip_loaded_modules()
     _registered = True
 
 

@@ -698,7 +698,10 @@ def _run_meta(op, margs, mkwargs):
     try:
         return op(*margs, **mkwargs)
     except NotImplementedError as e:
-        raise _NoMeta(str(e)) from None
+        msg = str(e)
+        if "not implemented for '" in msg:  # a dtype the kernel refuses: PyTorch's error
+            raise (_cpu_error(op, margs, mkwargs) or e) from None
+        raise _NoMeta(msg) from None
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         msg = str(e)
         if "Meta" in msg and ("Could not run" in msg or "not implemented" in msg.lower()):
@@ -962,8 +965,10 @@ class _Unlowerable(Exception):
 
 
 def _make_decomp_entry(op):
+    from . import dynamo_skip
     from .compile import fx_jax
 
+    dynamo_skip.skip_loaded_modules()
     low = fx_jax.decomposition_lowering(op)
     if low is None:
         _no_decomp.add(op)

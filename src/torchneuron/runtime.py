@@ -5,7 +5,9 @@ tensors are never narrowed.
 """
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -119,6 +121,17 @@ def jdtype(dtype: torch.dtype):
 
 def tdtype(dtype) -> torch.dtype:
     return JAX_TO_TORCH[jnp.dtype(dtype)]
+
+
+@functools.lru_cache(maxsize=None)
+def scalar_type_name(dtype) -> str:
+    """c10's ScalarType name of a torch or jax dtype ("Float", "Half", "Long", ...), the
+    word PyTorch's own errors use: read off the legacy tensor type ("torch.HalfTensor")."""
+    if not isinstance(dtype, torch.dtype):
+        dtype = tdtype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ComplexHalf is experimental
+        return torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]
 
 
 def torch_to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -56,6 +56,9 @@ def _setup():
     from . import cache
 
     cache.setup()
+    from .. import dynamo_skip
+
+    dynamo_skip.skip_loaded_modules()  # the compile modules imported since registration
 
 
 def _check_options(options):

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from .. import runtime
 from ..lowering import cast, lower, meta_kernel, out_dtype
 
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -300,3 +301,178 @@ def _grad_like_self_meta(name):
 
 _grad_like_self_meta("multi_margin_loss_backward")
 _grad_like_self_meta("multilabel_margin_loss_backward")
+
+
+# ---------------------------------------------------------------- ctc_loss
+# Graves et al.'s forward-backward algorithm in log space, as PyTorch's CPU kernel
+# (LossCTC.cpp) computes it: alpha over time with lax.scan, every batch element and
+# every position of the blank-extended target at once (padded to the longest target).
+# Lengths are static (the int[] overloads); the Tensor-length overloads read them to the
+# host first, as PyTorch's own kernels do (ops/loss_kernels).
+def _ctc_layout(log_probs, targets, input_lengths, target_lengths, blank):
+    T, N, C = log_probs.shape
+    tl = jnp.asarray(target_lengths, jnp.int64).reshape(N)
+    il = jnp.asarray(input_lengths, jnp.int64).reshape(N)
+    L = max([int(v) for v in target_lengths], default=0)
+    S = 2 * L + 1
+    s = jnp.arange(S)
+    if L == 0:
+        ext = jnp.full((N, S), blank, jnp.int64)
+    else:
+        k = jnp.clip((s - 1) // 2, 0, L - 1)
+        if targets.ndim == 1:  # concatenated targets
+            offs = [0]
+            for v in target_lengths[:-1]:
+                offs.append(offs[-1] + int(v))
+            pos = jnp.asarray(offs, jnp.int64)[:, None] + k[None, :]
+            lab = jnp.take(targets.reshape(-1), jnp.clip(pos, 0, max(targets.shape[0] - 1, 0)))
+        else:
+            lab = targets[:, :L][:, k]
+        ext = jnp.where((s % 2 == 0)[None, :], blank, lab.astype(jnp.int64))
+    ext = jnp.clip(ext, 0, C - 1)
+    valid = s[None, :] < (2 * tl + 1)[:, None]  # (N, S)
+    # the s-2 transition: s > 1 and a different label two positions back
+    skip = (s[None, :] > 1) & (ext != jnp.roll(ext, 2, axis=1))
+    lp_ext = jnp.take_along_axis(log_probs, jnp.broadcast_to(ext[None], (T, N, S)), axis=2)
+    return T, N, C, S, s, tl, il, ext, valid, skip, lp_ext
+
+
+def _logadd3(a, b, c):
+    m = jnp.maximum(jnp.maximum(a, b), c)
+    m = jnp.where(m == -jnp.inf, jnp.zeros_like(m), m)
+    return jnp.log(jnp.exp(a - m) + jnp.exp(b - m) + jnp.exp(c - m)) + m
+
+
+def _shift(x, k, fill):
+    """x[..., s - k] (k > 0) or x[..., s + |k|] (k < 0) along the last axis, `fill` outside."""
+    pad = jnp.full(x.shape[:-1] + (abs(k),), fill, x.dtype)
+    if k > 0:
+        return jnp.concatenate([pad, x[..., :-k]], axis=-1)
+    return jnp.concatenate([x[..., -k:], pad], axis=-1)
+
+
+def _ctc_float_only(log_probs):
+    if jnp.dtype(log_probs.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise NotImplementedError(
+            f'"ctc_loss_cpu" not implemented for \'{runtime.scalar_type_name(log_probs.dtype)}\'')
+
+
+@lower("_ctc_loss.default")
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    _ctc_float_only(log_probs)
+    T, N, C, S, s, tl, il, ext, valid, skip, lp_ext = _ctc_layout(
+        log_probs, targets, input_lengths, target_lengths, blank)
+    dt = log_probs.dtype
+    ninf = jnp.asarray(-jnp.inf, dt)
+    alpha0 = jnp.where(valid & (s[None, :] < 2), lp_ext[0], ninf)
+
+    def step(prev, lpt):
+        la2 = _shift(prev, 1, -jnp.inf)
+        la3 = jnp.where(skip, _shift(prev, 2, -jnp.inf), ninf)
+        cur = jnp.where(valid, _logadd3(prev, la2, la3) + lpt, ninf)
+        return cur, cur
+
+    if T > 1:
+        _, rest = lax.scan(step, alpha0, lp_ext[1:])
+        alpha = jnp.concatenate([alpha0[None], rest], axis=0)  # (T, N, S)
+    else:
+        alpha = alpha0[None]
+    t = jnp.arange(T)
+    alpha = jnp.where((t[:, None, None] < il[None, :, None]), alpha, ninf)
+    last = alpha[jnp.clip(il - 1, 0, T - 1), jnp.arange(N)]  # (N, S): alpha at t = il - 1
+    l1 = jnp.take_along_axis(last, jnp.clip(2 * tl, 0, S - 1)[:, None], 1)[:, 0]
+    l2 = jnp.take_along_axis(last, jnp.clip(2 * tl - 1, 0, S - 1)[:, None], 1)[:, 0]
+    m = jnp.maximum(l1, l2)
+    m = jnp.where(m == -jnp.inf, jnp.zeros_like(m), m)
+    ll = jnp.where(tl == 0, last[:, 0], jnp.log(jnp.exp(l1 - m) + jnp.exp(l2 - m)) + m)
+    empty = jnp.where(tl == 0, jnp.zeros((), dt), jnp.asarray(jnp.inf, dt))
+    nll = jnp.where(il == 0, empty, -ll)
+    return nll, jnp.transpose(alpha, (1, 0, 2))
+
+
+@lower("_ctc_loss_backward.default")
+def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
+                      log_alpha, blank, zero_infinity=False):
+    T, N, C, S, s, tl, il, ext, valid, skip, lp_ext = _ctc_layout(
+        log_probs, targets, input_lengths, target_lengths, blank)
+    dt = log_probs.dtype
+    ninf = jnp.asarray(-jnp.inf, dt)
+    # beta's first row (t = il - 1): the final blank and the final label
+    start = valid & ((s[None, :] == 2 * tl[:, None]) | (s[None, :] == 2 * tl[:, None] - 1))
+    skip_b = (s[None, :] < 2 * tl[:, None] - 1) & (ext != jnp.roll(ext, -2, axis=1))
+    more = s[None, :] < 2 * tl[:, None]
+
+    def step(nxt, xs):
+        t, lpt = xs
+        lb2 = jnp.where(more, _shift(nxt, -1, -jnp.inf), ninf)
+        lb3 = jnp.where(skip_b, _shift(nxt, -2, -jnp.inf), ninf)
+        rec = jnp.where(valid, _logadd3(nxt, lb2, lb3) + lpt, ninf)
+        first = jnp.where(start, lpt, ninf)
+        tt = t[None, None]
+        cur = jnp.where(tt == (il - 1)[:, None], first, jnp.where(tt < (il - 1)[:, None], rec, ninf))
+        return cur, cur
+
+    init = jnp.full((N, S), -jnp.inf, dt)
+    _, beta = lax.scan(step, init, (jnp.arange(T), lp_ext), reverse=True)  # (T, N, S)
+    alpha = jnp.transpose(log_alpha, (1, 0, 2))
+    ab = jnp.where(valid[None], alpha + beta, ninf)
+    # log-sum of alpha*beta over the positions of each label: eq. (16)
+    onehot = ext[:, :, None] == jnp.arange(C)[None, None, :]  # (N, S, C)
+    mx = jnp.max(jnp.where(onehot[None], ab[..., None], ninf), axis=2)  # (T, N, C), fused
+    safe = jnp.where(mx == -jnp.inf, jnp.zeros_like(mx), mx)
+    m_s = jnp.take_along_axis(safe, jnp.broadcast_to(ext[None], (T, N, S)), axis=2)
+    total = jnp.einsum("tns,nsc->tnc", jnp.exp(ab - m_s), onehot.astype(dt),
+                       precision=lax.Precision.HIGHEST)
+    lcab = jnp.where(mx == -jnp.inf, ninf, jnp.log(total) + safe)
+    nll = neg_log_likelihood.astype(dt)
+    g = (jnp.exp(log_probs) - jnp.exp(lcab + nll[None, :, None] - log_probs)) \
+        * grad.astype(dt)[None, :, None]
+    t = jnp.arange(T)
+    keep = t[:, None] < il[None, :]
+    if zero_infinity:
+        keep = keep & (nll != jnp.inf)[None, :]
+    return jnp.where(keep[..., None], g, jnp.zeros((), dt))
+
+
+def _ctc_backward_meta(grad, log_probs, *args, **kwargs):
+    return torch.empty_like(log_probs, memory_format=torch.contiguous_format)
+
+
+meta_kernel("_ctc_loss_backward", _ctc_backward_meta)
+
+
+def _lengths(t, what):
+    if isinstance(t, torch.Tensor):
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+            raise RuntimeError(f"{what} must be integral")
+        return [int(v) for v in t.to("cpu", torch.int64).reshape(-1).tolist()]
+    return list(t)
+
+
+def _ctc_loss_tensor_kernel(log_probs, targets, input_lengths, target_lengths, blank=0,
+                            zero_infinity=False):
+    """The Tensor-length overload: the lengths read to the host (one read), then the int[]
+    overload, as PyTorch's kernel does (LossCTC.cpp, ctc_loss_tensor)."""
+    il = _lengths(input_lengths, "input_lengths")
+    tl = _lengths(target_lengths, "target_lengths")
+    return torch.ops.aten._ctc_loss.default(log_probs, targets, il, tl, blank, zero_infinity)
+
+
+def _ctc_loss_backward_tensor_kernel(grad, log_probs, targets, input_lengths, target_lengths,
+                                     neg_log_likelihood, log_alpha, blank, zero_infinity=False):
+    il = _lengths(input_lengths, "input_lengths")
+    tl = _lengths(target_lengths, "target_lengths")
+    return torch.ops.aten._ctc_loss_backward.default(grad, log_probs, targets, il, tl,
+                                                     neg_log_likelihood, log_alpha, blank,
+                                                     zero_infinity)
+
+
+def _register_kernels():
+    from .. import dispatch
+
+    aten = torch.ops.aten
+    dispatch.register_kernel(aten._ctc_loss.Tensor, _ctc_loss_tensor_kernel)
+    dispatch.register_kernel(aten._ctc_loss_backward.Tensor, _ctc_loss_backward_tensor_kernel)
+
+
+_register_kernels()

@@ -316,6 +316,26 @@ def record_stream(self, s):
     return None
 
 
+# the dense backends of TensorImpl::has_compatible_shallow_copy_type, plus neuron
+_DENSE_DEVICES = frozenset({"cpu", "cuda", "mps", "hip", "xpu", "hpu", "mtia", "neuron"})
+
+
+def _dense(t) -> bool:
+    return (t.layout == torch.strided and not t.is_quantized and not t.is_nested
+            and t.device.type in _DENSE_DEVICES)
+
+
+def has_compatible_shallow_copy_type(self, src) -> bool:
+    """PyTorch's rule for `var.data = tensor` (and so for `nn.Module._apply`) with neuron
+    counted among the dense backends, as CUDA is: converting a module keeps its Parameter
+    objects, hence weight ties and optimizers built before `.to("neuron")`.  PyTorch's
+    C++ rule lists only its own backends and asks PrivateUse1 backends to register this
+    overload (OpenRegMinimal.cpp does the same)."""
+    if torch._C._dispatch_keys(self) == torch._C._dispatch_keys(src):
+        return True
+    return _dense(self) and _dense(src)
+
+
 def register():
     global _COPY_ENTRY, _TO_COPY_ENTRY
     from ..lowering import LOWERINGS
@@ -336,3 +356,5 @@ def register():
     register_kernel(aten._copy_from_and_resize.default, _copy_from_and_resize)
     register_kernel(aten.is_pinned.default, is_pinned)
     register_kernel(aten.record_stream.default, record_stream)
+    register_kernel(aten._has_compatible_shallow_copy_type.default,
+                    has_compatible_shallow_copy_type)

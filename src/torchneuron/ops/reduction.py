@@ -735,6 +735,8 @@ def bucketize(x, boundaries, *, out_int32=False, right=False):
 # ---------------------------------------------------------------- histc
 @lower("histc.default", static=("bins", "min", "max"))
 def histc(x, bins=100, min=0, max=0):
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return _histc_int(x, bins, min, max)
     if not is_float(x.dtype) or _is_complex(x.dtype):
         _not_impl("histc", x)
     dt = x.dtype
@@ -770,6 +772,76 @@ def histc(x, bins=100, min=0, max=0):
     pos = jnp.clip(pos, 0, bins - 1)
     acc = _acc(dt)
     return jnp.zeros((bins,), acc).at[pos].add(valid.astype(acc))
+
+
+def _narrow_int(v, dt):
+    """A Python int stored into a C++ integer of dtype `dt` (two's-complement wrap)."""
+    return int(np.array(v, dtype=np.int64).astype(dt))
+
+
+def histc_int_bounds(lo, hi, dt):
+    """CUDA's integer bounds (SummaryOps.cu, `_histc_cuda_template`): the Scalars truncated
+    to int64, then stored in the input type; None where the data's own range is used."""
+    lo64, hi64 = int(math.trunc(lo)), int(math.trunc(hi))
+    if lo64 == hi64:
+        return None
+    return _narrow_int(lo64, dt), _narrow_int(hi64, dt)
+
+
+def _histc_int(x, bins, lo, hi):
+    """Integer histc, which CUDA has and CPU lacks (transformers' MoE path counts expert
+    ids with it): CUDA's rule, bin = (v - min) * bins / (max - min) in int64 arithmetic,
+    the last bin closed, counts in the input type.  An empty range [m, m] widens to
+    [m - 1, m + 1] in the input type.  The eager kernel validates the range first
+    (`histc_int_kernel`); in a compiled graph an invalid range counts nothing."""
+    dt = x.dtype
+    b = histc_int_bounds(lo, hi, dt)
+    if b is not None:
+        mn, mx = jnp.asarray(b[0], dt), jnp.asarray(b[1], dt)
+    elif x.size:
+        mn, mx = jnp.min(x), jnp.max(x)
+    else:
+        mn = mx = jnp.asarray(_narrow_int(int(math.trunc(lo)), dt), dt)
+    eq = mn == mx
+    mn = jnp.where(eq, mn - jnp.asarray(1, dt), mn)
+    mx = jnp.where(eq, mx + jnp.asarray(1, dt), mx)
+    mn64, mx64 = mn.astype(jnp.int64), mx.astype(jnp.int64)
+    v = x.reshape(-1).astype(jnp.int64)
+    valid = (v >= mn64) & (v <= mx64)
+    span = jnp.where(mx64 > mn64, mx64 - mn64, 1)
+    pos = ((v - mn64) * bins // span).astype(jnp.int32).astype(jnp.int64)
+    pos = jnp.where(pos == bins, bins - 1, pos)
+    pos = jnp.where(valid, jnp.clip(pos, 0, bins - 1), 0)
+    counts = jnp.zeros((bins,), jnp.int64).at[pos].add(valid.astype(jnp.int64))
+    return counts.astype(dt)
+
+
+def _histc_kernel(entry):
+    """histc's eager kernel: integer inputs get CUDA's checks, and CUDA's host read of the
+    data's range when min == max, so an invalid range raises as on CUDA."""
+    ints = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16,
+            torch.uint32, torch.uint64)
+
+    def kernel(self, bins=100, min=0, max=0):
+        if self.dtype not in ints or not isinstance(bins, int):
+            return entry(self, bins, min, max)
+        if bins <= 0:
+            raise RuntimeError("bins must be > 0")
+        dt = runtime.jdtype(self.dtype)
+        b = histc_int_bounds(min, max, dt)
+        if b is None:
+            if self.numel() == 0:
+                b = (_narrow_int(int(math.trunc(min)), dt),) * 2
+            else:
+                b = tuple(int(v) for v in torch.aminmax(self))  # one host read, like CUDA
+        mn, mx = b
+        if mn == mx:
+            mn, mx = _narrow_int(mn - 1, dt), _narrow_int(mx + 1, dt)
+        if not mn < mx:
+            raise RuntimeError("max must be larger than min")
+        return entry(self, bins, mn, mx)
+
+    return kernel
 
 
 # ---------------------------------------------------------------- cdist
@@ -1298,6 +1370,8 @@ def _register_kernels():
         return entry(self, dim, keepdim, dtype=dtype)
 
     dispatch.register_kernel(op, nansum_kernel)
+    op = torch.ops.aten.histc.default
+    dispatch.register_kernel(op, _histc_kernel(dispatch.Entry(op, LOWERINGS[op], "functional")))
 
 
 _register_kernels()
