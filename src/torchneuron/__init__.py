@@ -5,9 +5,6 @@ point) makes ``tensor.to("neuron")`` work.  See README.md.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 __version__ = "0.1.0"
 
 _registered = False

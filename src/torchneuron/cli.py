@@ -20,9 +20,18 @@ def _info(argv) -> int:
     return 0
 
 
+def _config(argv) -> int:
+    from torchneuron import config
+
+    for name, value, is_set, doc in config.describe():
+        print(f"{name:36s} {value!r:>10}  {'(set)' if is_set else '(default)'}")
+    return 0
+
+
 COMMANDS = {
     "demo": ("torchneuron.demo", "main", "train a CNN on digits on the neuron device"),
     "info": (None, _info, "versions and devices"),
+    "config": (None, _config, "the TORCHNEURON_* settings in effect"),
     "conformance": ("torchneuron.tools.conformance", "main", "run the OpInfo conformance sweep"),
 }
 

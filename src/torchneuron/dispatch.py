@@ -22,15 +22,14 @@ from __future__ import annotations
 import collections
 import functools
 import math
-import os
 import warnings
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 
-from . import lowering, runtime, storage
+from . import config, lowering, runtime, storage
+from .numerics import scalar_type_name
 from .lowering import LOWERINGS
 
 aten = torch.ops.aten
@@ -123,48 +122,6 @@ def device_mismatch(a, b):
         f"Expected all tensors to be on the same device, but found at least two devices, "
         f"{a} and {b}!"
     )
-
-
-_SCALAR_NAMES = {
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
-    torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
-    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-}
-
-
-def scalar_type_name(dt):
-    return _SCALAR_NAMES.get(dt, str(dt).replace("torch.", ""))
-
-
-# ---------------------------------------------------------------- dynamic scalars
-_scalar_cache: dict = {}
-_SCALAR_CACHE_MAX = 4096
-
-
-def dyn_scalar(v, index: int):
-    """A weakly typed device scalar for a Python number (cached per value)."""
-    key = (type(v), v, index)
-    a = _scalar_cache.get(key)
-    if a is None:
-        if len(_scalar_cache) > _SCALAR_CACHE_MAX:
-            _scalar_cache.clear()
-        a = jax.device_put(jnp.asarray(v), runtime.jax_device(index))
-        _scalar_cache[key] = a
-    return a
-
-
-def typed_scalar(t: Tensor, index: int):
-    """A device 0-d array for a CPU 0-d tensor (strongly typed, like a tensor)."""
-    v = t.item()
-    key = (t.dtype, v, index, "t")
-    a = _scalar_cache.get(key)
-    if a is None:
-        if len(_scalar_cache) > _SCALAR_CACHE_MAX:
-            _scalar_cache.clear()
-        a = jax.device_put(np.asarray(v, dtype=runtime.jdtype(t.dtype)), runtime.jax_device(index))
-        _scalar_cache[key] = a
-    return a
 
 
 # ---------------------------------------------------------------- argument walk
@@ -266,7 +223,7 @@ class Executable:
 
 _cache_hits = collections.Counter()
 _cache_misses = collections.Counter()
-CACHE_MAX = int(os.environ.get("TORCHNEURON_EXECUTABLE_CACHE", "8192"))
+CACHE_MAX = config.get("TORCHNEURON_EXECUTABLE_CACHE")
 
 
 class Entry:
@@ -304,7 +261,7 @@ class Entry:
         if w.dyn:
             inputs = inputs + [t_or_v for t_or_v in self._dyn_values(w.dyn, index)]
         if w.offs:
-            inputs = inputs + [dyn_scalar(o, index) for o in w.offs]
+            inputs = inputs + [storage.dyn_scalar(o, index) for o in w.offs]
         if exe.random:
             from . import device
 
@@ -321,9 +278,9 @@ class Entry:
     def _dyn_values(dyn, index):
         for v in dyn:
             if isinstance(v, Tensor):
-                yield typed_scalar(v, index)
+                yield storage.typed_scalar(v, index)
             else:
-                yield dyn_scalar(v, index)
+                yield storage.dyn_scalar(v, index)
 
     def finish(self, exe, res, w, args, kwargs):
         nouts = len(exe.outs)
@@ -390,7 +347,7 @@ class Entry:
         for m in flat_meta:
             shape = tuple(m.shape)
             strides = tuple(m.stride())
-            if storage._perm_plan(shape, strides) is None or any(s < 0 for s in strides):
+            if storage.perm_plan(shape, strides) is None or any(s < 0 for s in strides):
                 strides = storage.contiguous_strides(shape)
             out_specs.append((m.dtype, shape, strides, 0,
                               math.prod(shape) * m.dtype.itemsize))
@@ -480,8 +437,6 @@ def _make_out(arr, sp, index):
     return storage.make_tensor(arr, sp[0], sp[1], sp[2], sp[3], index, sp.nbytes)
 
 
-
-
 def _as_array(v):
     if isinstance(v, (int, float, bool, complex)):
         return jnp.asarray(v)
@@ -497,7 +452,7 @@ def _layout(v, spec):
         v = v.astype(jd)
     if tuple(v.shape) != shape:
         v = jnp.broadcast_to(v, shape) if v.size != math.prod(shape) else v.reshape(shape)
-    order = storage._perm_plan(shape, strides)
+    order = storage.perm_plan(shape, strides)
     if order is not None and order != sorted(order):
         v = jnp.transpose(v, order)
     return v.reshape(-1)
@@ -902,10 +857,7 @@ _warned = set()
 
 
 _POLICIES = ("warn", "silent", "error")
-_policy = os.environ.get("TORCHNEURON_FALLBACK", "warn").strip().lower()
-if _policy not in _POLICIES:
-    warnings.warn(f"TORCHNEURON_FALLBACK={_policy!r} is not one of {_POLICIES}; using 'warn'")
-    _policy = "warn"
+_policy = config.get("TORCHNEURON_FALLBACK")
 
 
 def fallback_policy() -> str:
@@ -1072,7 +1024,7 @@ def run_on_cpu(op, args, kwargs):
             if (tuple(cv.shape), cv.stride(), cv.storage_offset()) != (tuple(nv.shape), nv.stride(), nv.storage_offset()):
                 storage.set_metadata(nv, nv.untyped_storage(), cv.storage_offset(), tuple(cv.shape), cv.stride())
         else:  # the CPU kernel reallocated (resize_ of an out= tensor)
-            new = _host_storage_to_device(cv, index)
+            new = storage.host_storage_to_device(cv, index)
             storage.set_metadata(nv, new.untyped_storage(), cv.storage_offset(), tuple(cv.shape), cv.stride())
 
     by_ptr = {ent[0].data_ptr(): ent for ent in host.values()}
@@ -1087,30 +1039,12 @@ def run_on_cpu(op, args, kwargs):
                 # a view of an input: same metadata over the neuron storage
                 t = storage.new_shell(index, r.dtype)
                 return storage.set_metadata(t, ent[1], r.storage_offset(), tuple(r.shape), r.stride())
-            return to_neuron(r, index)
+            return storage.to_neuron(r, index)
         if isinstance(r, (list, tuple)):
             return type(r)(back(x) for x in r)
         return r
 
     return back(result)
-
-
-def _host_storage_to_device(cv: Tensor, index: int) -> Tensor:
-    st = cv.untyped_storage()
-    raw = torch.empty(0, dtype=cv.dtype)
-    n = st.nbytes() // cv.dtype.itemsize
-    raw.set_(st, 0, (n,), (1,))
-    arr = storage.to_device_array(raw, index)
-    return storage.make_tensor(arr, cv.dtype, (n,), (1,), 0, index, st.nbytes())
-
-
-def to_neuron(cpu: Tensor, index: int) -> Tensor:
-    """A CPU tensor's values as a new neuron tensor with the same shape (contiguous)."""
-    nbytes = cpu.numel() * cpu.element_size()
-    storage.check_room(index, nbytes)
-    arr = storage.to_device_array(cpu, index)
-    return storage.make_tensor(arr.reshape(-1), cpu.dtype, tuple(cpu.shape),
-                               storage.contiguous_strides(cpu.shape), 0, index, nbytes)
 
 
 def install_fallback():

@@ -5,15 +5,14 @@ tensors are never narrowed.
 """
 from __future__ import annotations
 
-import functools
-import os
-import warnings
 
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import torch
+
+from . import config
 
 jax.config.update("jax_enable_x64", True)
 
@@ -22,7 +21,7 @@ _platform = None
 
 
 def _pick_platform() -> str:
-    want = os.environ.get("TORCHNEURON_PLATFORM", "").strip().lower()
+    want = config.get("TORCHNEURON_PLATFORM").strip().lower()
     if want:
         return want
     for gpu in ("cuda", "rocm", "gpu"):
@@ -123,17 +122,6 @@ def tdtype(dtype) -> torch.dtype:
     return JAX_TO_TORCH[jnp.dtype(dtype)]
 
 
-@functools.lru_cache(maxsize=None)
-def scalar_type_name(dtype) -> str:
-    """c10's ScalarType name of a torch or jax dtype ("Float", "Half", "Long", ...), the
-    word PyTorch's own errors use: read off the legacy tensor type ("torch.HalfTensor")."""
-    if not isinstance(dtype, torch.dtype):
-        dtype = tdtype(dtype)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ComplexHalf is experimental
-        return torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]
-
-
 def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
     """A contiguous CPU tensor as a numpy array of the matching (ml_)dtype, sharing memory."""
     if t.requires_grad:  # an upload of a leaf that requires grad (autograd is above us)
@@ -169,8 +157,8 @@ import logging as _logging
 
 _log = _logging.getLogger("torchneuron")
 CHECK_EVERY = 128
-MAPS_FRACTION = float(os.environ.get("TORCHNEURON_MAPS_FRACTION", "0.5"))
-MAX_LIVE_EXECUTABLES = int(os.environ.get("TORCHNEURON_MAX_LIVE_EXECUTABLES", "4096"))
+MAPS_FRACTION = config.get("TORCHNEURON_MAPS_FRACTION")
+MAX_LIVE_EXECUTABLES = config.get("TORCHNEURON_MAX_LIVE_EXECUTABLES")
 
 
 class _ExeStats:

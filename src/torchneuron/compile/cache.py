@@ -19,6 +19,8 @@ import os
 
 import jax
 
+from .. import config
+
 _configured = False
 _dir = None
 
@@ -50,7 +52,7 @@ def setup():
     if current:
         _dir = current
         return
-    env = os.environ.get("TORCHNEURON_COMPILE_CACHE_DIR")
+    env = config.get("TORCHNEURON_COMPILE_CACHE_DIR")
     if env is not None and env.strip().lower() in ("", "0", "off", "none", "false"):
         _dir = None
         return
@@ -78,7 +80,7 @@ _compiling_depth = [0]
 def compiling():
     """Around a graph's lower+compile: write it to the disk cache whatever its compile time."""
     setup()
-    secs = float(os.environ.get("TORCHNEURON_COMPILE_CACHE_MIN_SECS", "0"))
+    secs = config.get("TORCHNEURON_COMPILE_CACHE_MIN_SECS")
     _compiling_depth[0] += 1
     try:
         state = _min_time_state()

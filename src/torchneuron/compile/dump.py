@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import re
 
+from .. import config
+
 
 def dump_dir():
-    d = os.environ.get("TORCHNEURON_DUMP_DIR", "").strip()
+    d = config.get("TORCHNEURON_DUMP_DIR").strip()
     return d or None
 
 

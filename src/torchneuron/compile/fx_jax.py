@@ -66,10 +66,8 @@ def _const(t: torch.Tensor):
     from .. import storage
 
     if t.device.type == "neuron":
-        from ..ops.memory import materialize
-
-        return materialize(t)
-    return jnp.asarray(storage.runtime.torch_to_numpy(t.detach().contiguous().cpu()))
+        return storage.materialize(t)
+    return jnp.asarray(runtime.torch_to_numpy(t.detach().contiguous().cpu()))
 
 
 _SYM_SIZE = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,

@@ -20,7 +20,6 @@ import collections
 import logging
 import math
 import operator
-import os
 import sys
 import time
 import warnings
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .. import dispatch, runtime, storage
+from .. import config, dispatch, runtime, storage
 from . import fx_jax
 from .fx_jax import Unlowerable
 
@@ -38,7 +37,7 @@ log = logging.getLogger("torchneuron.compile")
 Tensor = torch.Tensor
 aten = torch.ops.aten
 
-CACHE_SIZE = int(os.environ.get("TORCHNEURON_COMPILE_CACHE_SIZE", "16"))
+CACHE_SIZE = config.get("TORCHNEURON_COMPILE_CACHE_SIZE")
 
 
 # ---------------------------------------------------------------- statistics
@@ -230,7 +229,7 @@ def _out_layout(m):
     """(dtype, shape, strides, nbytes) a new output takes (PyTorch's strides when dense)."""
     shape = tuple(int(s) for s in m.shape)
     strides = tuple(int(s) for s in m.stride())
-    if storage._perm_plan(shape, strides) is None or any(s < 0 for s in strides):
+    if storage.perm_plan(shape, strides) is None or any(s < 0 for s in strides):
         strides = storage.contiguous_strides(shape)
     return (m.dtype, shape, strides, math.prod(shape) * m.dtype.itemsize, m.device.type == "cpu")
 
@@ -313,7 +312,7 @@ class CompiledGraph:
         if w.dyn:
             inputs = inputs + _dyn_inputs(w.dyn, index)
         if w.offs:
-            inputs = inputs + [dispatch.dyn_scalar(o, index) for o in w.offs]
+            inputs = inputs + [storage.dyn_scalar(o, index) for o in w.offs]
         if exe.nrandom:
             from .. import device
 
@@ -515,7 +514,7 @@ class CompiledGraph:
                     + tuple(muts[i] for i in cpu_writes))
 
         sample = list(w.arrays) + _dyn_inputs(w.dyn, index) + \
-            [dispatch.dyn_scalar(o, index) for o in w.offs]
+            [storage.dyn_scalar(o, index) for o in w.offs]
         if has_rng:
             sample.append(np.zeros(2, np.uint64))
         device = runtime.jax_device(index)
@@ -781,4 +780,4 @@ def _shapes(args):
 def _donation_enabled(options):
     if options is not None and options.get("donate") is not None:
         return bool(options["donate"])
-    return os.environ.get("TORCHNEURON_COMPILE_DONATE", "1") != "0"
+    return config.get("TORCHNEURON_COMPILE_DONATE")

@@ -170,13 +170,12 @@ class MlirGraph:
         else:
             _graph.STATS.cache_hits += 1
         exe, tensor_inputs, outs, index = ent
-        from ..ops.memory import materialize
 
         arrays = []
         for i in tensor_inputs:
             a = args[i]
             if a.device.type == "neuron":
-                arrays.append(materialize(a))
+                arrays.append(storage.materialize(a))
             else:
                 arrays.append(storage.to_device_array(a, index))
         res = exe.execute(arrays)

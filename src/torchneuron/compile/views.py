@@ -19,6 +19,7 @@ import torch
 from jax import lax
 
 from .. import lowering, runtime, storage
+from .. import numerics
 from ..lowering import Lowering, out_dtype, out_meta
 
 aten = torch.ops.aten
@@ -41,10 +42,6 @@ def _reg(*names, static=()):
 
 def get(op):
     return EXTRA.get(op)
-
-
-def _dim(d, ndim):
-    return lowering.canon_dim(int(d), ndim)
 
 
 def _ints(xs):
@@ -89,7 +86,7 @@ def _view_dtype(x, dtype):
 @_reg("flatten.using_ints")
 def _flatten(x, start_dim=0, end_dim=-1):
     nd = max(x.ndim, 1)
-    s, e = _dim(start_dim, nd), _dim(end_dim, nd)
+    s, e = numerics.canon_dim(int(start_dim), nd), numerics.canon_dim(int(end_dim), nd)
     if x.ndim == 0:
         return x.reshape(1)
     shape = x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:]
@@ -98,7 +95,7 @@ def _flatten(x, start_dim=0, end_dim=-1):
 
 @_reg("unflatten.int")
 def _unflatten(x, dim, sizes):
-    d = _dim(dim, x.ndim)
+    d = numerics.canon_dim(int(dim), x.ndim)
     sizes = _ints(sizes)
     if -1 in sizes:
         known = math.prod(s for s in sizes if s != -1)
@@ -118,19 +115,19 @@ def _t(x):
 def _transpose(x, dim0, dim1):
     if x.ndim == 0:
         return x
-    return jnp.swapaxes(x, _dim(dim0, x.ndim), _dim(dim1, x.ndim))
+    return jnp.swapaxes(x, numerics.canon_dim(int(dim0), x.ndim), numerics.canon_dim(int(dim1), x.ndim))
 
 
 @_reg("permute.default", "permute_copy.default")
 def _permute(x, dims):
     if x.ndim == 0:
         return x
-    return jnp.transpose(x, [_dim(d, x.ndim) for d in dims])
+    return jnp.transpose(x, [numerics.canon_dim(int(d), x.ndim) for d in dims])
 
 
 @_reg("movedim.int")
 def _movedim(x, source, destination):
-    return jnp.moveaxis(x, _dim(source, x.ndim), _dim(destination, x.ndim))
+    return jnp.moveaxis(x, numerics.canon_dim(int(source), x.ndim), numerics.canon_dim(int(destination), x.ndim))
 
 
 @_reg("mT.default", "mH.default", "adjoint.default")
@@ -158,7 +155,7 @@ def _expand_as(x, other):
 
 @_reg("unsqueeze.default", "unsqueeze_copy.default")
 def _unsqueeze(x, dim):
-    return jnp.expand_dims(x, _dim(dim, x.ndim + 1))
+    return jnp.expand_dims(x, numerics.canon_dim(int(dim), x.ndim + 1))
 
 
 @_reg("squeeze.default", "squeeze_copy.default")
@@ -170,7 +167,7 @@ def _squeeze(x):
 def _squeeze_dim(x, dim):
     if x.ndim == 0:
         return x
-    d = _dim(dim, x.ndim)
+    d = numerics.canon_dim(int(dim), x.ndim)
     return jnp.squeeze(x, d) if x.shape[d] == 1 else x
 
 
@@ -178,14 +175,14 @@ def _squeeze_dim(x, dim):
 def _squeeze_dims(x, dim):
     if x.ndim == 0:
         return x
-    ds = sorted({_dim(d, x.ndim) for d in dim})
+    ds = sorted({numerics.canon_dim(int(d), x.ndim) for d in dim})
     return jnp.squeeze(x, tuple(d for d in ds if x.shape[d] == 1))
 
 
 # ---------------------------------------------------------------- indexing views
 @_reg("select.int", "select_copy.int")
 def _select(x, dim, index):
-    d = _dim(dim, x.ndim)
+    d = numerics.canon_dim(int(dim), x.ndim)
     i = int(index)
     if i < 0:
         i += x.shape[d]
@@ -194,7 +191,7 @@ def _select(x, dim, index):
 
 @_reg("slice.Tensor", "slice_copy.Tensor")
 def _slice(x, dim=0, start=None, end=None, step=1):
-    d = _dim(dim, x.ndim)
+    d = numerics.canon_dim(int(dim), x.ndim)
     start = None if start is None else int(start)
     end = None if end is None else int(end)
     idx = [slice(None)] * x.ndim
@@ -204,7 +201,7 @@ def _slice(x, dim=0, start=None, end=None, step=1):
 
 @_reg("narrow.default", "narrow_copy.default")
 def _narrow(x, dim, start, length):
-    d = _dim(dim, x.ndim)
+    d = numerics.canon_dim(int(dim), x.ndim)
     s = int(start)
     if s < 0:
         s += x.shape[d]
@@ -213,7 +210,7 @@ def _narrow(x, dim, start, length):
 
 @_reg("split.Tensor", "split_copy.Tensor", "unsafe_split.Tensor")
 def _split(x, split_size, dim=0):
-    d = _dim(dim, x.ndim)
+    d = numerics.canon_dim(int(dim), x.ndim)
     n = x.shape[d]
     step = int(split_size)
     if n == 0:
@@ -224,7 +221,7 @@ def _split(x, split_size, dim=0):
 @_reg("split_with_sizes.default", "split_with_sizes_copy.default",
       "unsafe_split_with_sizes.default")
 def _split_with_sizes(x, split_sizes, dim=0):
-    d = _dim(dim, x.ndim)
+    d = numerics.canon_dim(int(dim), x.ndim)
     out, s = [], 0
     for n in _ints(split_sizes):
         out.append(lax.slice_in_dim(x, s, s + n, axis=d))
@@ -234,20 +231,20 @@ def _split_with_sizes(x, split_sizes, dim=0):
 
 @_reg("unbind.int", "unbind_copy.int")
 def _unbind(x, dim=0):
-    d = _dim(dim, x.ndim)
+    d = numerics.canon_dim(int(dim), x.ndim)
     return [lax.index_in_dim(x, i, d, keepdims=False) for i in range(x.shape[d])]
 
 
 @_reg("diagonal.default", "diagonal_copy.default")
 def _diagonal(x, offset=0, dim1=0, dim2=1):
-    return jnp.diagonal(x, int(offset), _dim(dim1, x.ndim), _dim(dim2, x.ndim))
+    return jnp.diagonal(x, int(offset), numerics.canon_dim(int(dim1), x.ndim), numerics.canon_dim(int(dim2), x.ndim))
 
 
 @_reg("unfold.default", "unfold_copy.default")
 def _unfold(x, dimension, size, step):
     if x.ndim == 0:
         return x.reshape(1)
-    d = _dim(dimension, x.ndim)
+    d = numerics.canon_dim(int(dimension), x.ndim)
     n = (x.shape[d] - int(size)) // int(step) + 1
     starts = jnp.arange(n) * int(step)
     idx = starts[:, None] + jnp.arange(int(size))[None, :]  # (n, size)

@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .. import config
+
 _SRC = Path(__file__).with_name("hostmem.cpp")
 _lib = None  # the loaded shared library once the native hooks are registered
 _available_cb = None  # keeps the ctypes callback alive
@@ -34,12 +36,11 @@ _error: str | None = None  # why the native hooks are not in use
 
 
 def enabled() -> bool:
-    return os.environ.get("TORCHNEURON_NATIVE", "1").strip().lower() not in ("0", "false", "no",
-                                                                          "off")
+    return config.get("TORCHNEURON_NATIVE")
 
 
 def cache_dir() -> Path:
-    d = os.environ.get("TORCHNEURON_CACHE_DIR")
+    d = config.get("TORCHNEURON_CACHE_DIR")
     if d:
         return Path(d) / "native"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

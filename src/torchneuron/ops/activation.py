@@ -10,19 +10,13 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ..lowering import canon_dim, cast, is_float, lower, out_dtype, out_meta, rng_key
-
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-
-
-def _opmath(dt):
-    dt = jnp.dtype(dt)
-    return jnp.dtype(jnp.float32) if dt in _HALF else dt
+from ..numerics import canon_dim, cast, is_float, opmath
+from ..lowering import lower, out_dtype, out_meta, rng_key
 
 
 def _up(*xs, dt=None):
     """Cast tensors to the compute type of the result dtype (float32 for halves)."""
-    dt = _opmath(dt if dt is not None else out_dtype())
+    dt = opmath(dt if dt is not None else out_dtype())
     return [cast(jnp.asarray(x), dt) for x in xs]
 
 

@@ -20,22 +20,17 @@ product), fully masked rows give zeros.
 from __future__ import annotations
 
 import math
-import os
 
 import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..lowering import cast, lower, meta_kernel
+from .. import config
+from ..numerics import cast, opmath
+from ..lowering import lower, meta_kernel
 
 HIGHEST = lax.Precision.HIGHEST
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 aten = torch.ops.aten
-
-
-def _acc(dt):
-    dt = jnp.dtype(dt)
-    return jnp.dtype(jnp.float32) if dt in _HALF else dt
 
 
 def _dot(a, b, contract, batch, acc):
@@ -116,7 +111,7 @@ if torch.torch_version.TorchVersion(torch.__version__) < (2, 13):
 def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
                return_debug_mask=False, *, scale=None):
     dt = jnp.dtype(query.dtype)
-    acc = _acc(dt)
+    acc = opmath(dt)
     q5, k, v = _to5(query, key, value)
     B, Hk, G, L, E = q5.shape
     s = _scores(q5, k, attn_bias, is_causal, scale, acc, tuple(query.shape))
@@ -134,7 +129,7 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
                         cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
                         philox_offset, *, scale=None):
     dt = jnp.dtype(query.dtype)
-    acc = _acc(dt)
+    acc = opmath(dt)
     q5, k, v = _to5(query, key, value)
     B, Hk, G, L, E = q5.shape
     S = k.shape[2]
@@ -167,7 +162,7 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
 
 
 # ---------------------------------------------------------------- routing
-_MODE = os.environ.get("TORCHNEURON_SDPA", "fused").strip().lower()
+_MODE = config.get("TORCHNEURON_SDPA")
 
 
 def _forward_ad_active():

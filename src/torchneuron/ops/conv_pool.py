@@ -23,15 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..lowering import cast, lower, out_dtype, out_meta, round_to
+from ..numerics import HALF, cast, opmath, round_to, scalar_type_name
+from ..lowering import lower, out_dtype, out_meta
 
 HIGHEST = lax.Precision.HIGHEST
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-
-
-def _acc(dt):
-    dt = jnp.dtype(dt)
-    return jnp.dtype(jnp.float32) if dt in _HALF else dt
 
 
 def _prec(dt):
@@ -102,7 +97,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     x, w = cast(x, dt), cast(weight, dt)
     stride, padding, dilation, output_padding = _conv_args(x, stride, padding, dilation,
                                                            output_padding)
-    acc = _acc(dt)
+    acc = opmath(dt)
     if x.shape[0] == 0 or (transposed and 0 in x.shape[1:2]):
         shape = out_shape if not unbatched else (1,) + out_shape
         r = jnp.zeros(shape, acc)
@@ -138,7 +133,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
             gi, gw = vjp(g)
     if output_mask[2]:
         axes = (0,) + tuple(range(2, g.ndim))
-        gb = jnp.sum(cast(g, _acc(dt)), axis=axes)
+        gb = jnp.sum(cast(g, opmath(dt)), axis=axes)
     return (gi if output_mask[0] else None, gw if output_mask[1] else None, gb)
 
 
@@ -250,7 +245,7 @@ def _scatter_flat(v, indices, out_sp, add):
 
 def _scatter_by_index(g, indices, in_shape, nd):
     """grad_input[..., indices[j]] += g[..., j] over the flattened spatial dims."""
-    out = _scatter_flat(cast(g, _acc(g.dtype)), indices, tuple(in_shape[-nd:]), add=True)
+    out = _scatter_flat(cast(g, opmath(g.dtype)), indices, tuple(in_shape[-nd:]), add=True)
     return cast(out.reshape(in_shape), g.dtype)
 
 
@@ -287,7 +282,7 @@ def _avg_pool(x, nd, kernel_size, stride, padding, ceil_mode, count_include_pad,
               divisor_override, out_sp):
     kernel, stride, padding, _ = _pool_params(nd, kernel_size, stride, padding)
     dt = jnp.dtype(x.dtype)
-    acc = _acc(dt)
+    acc = opmath(dt)
     batch = x.shape[:-nd]
     in_sp = x.shape[-nd:]
     if 0 in x.shape or 0 in out_sp:
@@ -332,7 +327,7 @@ def _linear_vjp(f, x_shape, dt, g):
 def _avg_pool_backward(nd, grad_output, x, kernel_size, stride, padding, ceil_mode,
                        count_include_pad, divisor_override):
     dt = jnp.dtype(x.dtype)
-    acc = _acc(dt)
+    acc = opmath(dt)
     out_sp = tuple(grad_output.shape[-nd:])
     if 0 in x.shape or 0 in out_sp:
         return jnp.zeros(x.shape, dt)
@@ -369,7 +364,7 @@ def _adaptive_bounds(i, o):
 def _adaptive_avg(x, out_sp):
     nd = len(out_sp)
     dt = jnp.dtype(x.dtype)
-    acc = _acc(dt)
+    acc = opmath(dt)
     batch = x.shape[:-nd]
     if 0 in x.shape or 0 in out_sp:
         return jnp.zeros(tuple(batch) + tuple(out_sp), acc)
@@ -401,7 +396,7 @@ def adaptive_avg_pool(x, output_size):
 
 def _adaptive_avg_backward(nd, grad_output, x):
     dt = jnp.dtype(x.dtype)
-    acc = _acc(dt)
+    acc = opmath(dt)
     out_sp = tuple(grad_output.shape[-nd:])
     if 0 in x.shape:
         return jnp.zeros(x.shape, dt)
@@ -508,7 +503,7 @@ def _register_unpool_kernels():
             name = f"max_unpooling{_nd}d"
             if indices.dtype != torch.int64:
                 raise RuntimeError("elements in indices should be type int64" + (
-                    f" but got: {dispatch.scalar_type_name(indices.dtype)}" if _nd == 2 else ""))
+                    f" but got: {scalar_type_name(indices.dtype)}" if _nd == 2 else ""))
             if len(output_size) != _nd:
                 what = "two elements (height, width)" if _nd == 2 else \
                     "three elements (depth, height, width)"
@@ -548,7 +543,7 @@ def _frac_intervals(sample, in_size, out_size, pool, dt):
     last = jnp.full(sample.shape + (1,), in_size - pool, jnp.int64)
     if out_size == 1:
         return last
-    half = jnp.dtype(dt) in _HALF
+    half = jnp.dtype(dt) in HALF
 
     def r(v):  # CPU's Half/BFloat16 arithmetic rounds after every operation
         return round_to(v, dt)

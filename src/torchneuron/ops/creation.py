@@ -9,7 +9,8 @@ import torch
 import numpy as _np
 from jax import lax
 
-from ..lowering import LOWERINGS, cast, convert, lower, out_dtype, out_meta, round_to
+from ..numerics import cast, convert, round_to
+from ..lowering import LOWERINGS, lower, out_dtype, out_meta
 
 
 def _shape():

@@ -15,10 +15,9 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 from jax import lax
 
-from ..lowering import cast, is_float, out_dtype
+from ..numerics import HALF, cast, is_float, upcast
+from ..lowering import out_dtype
 from ..lowering import lower as _lower_plain
-
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
 
 # Every elementwise lowering checks PyTorch's dtype support at trace time (probe.py).
@@ -32,14 +31,9 @@ def _compute(*xs, dt=None):
     return [cast(jnp.asarray(x), dt) for x in xs]
 
 
-def _opmath(*xs):
-    """Half-precision values in float32 (PyTorch computes halves in float, rounds once)."""
-    return [x.astype(jnp.float32) if x.dtype in _HALF else x for x in xs]
-
-
 def _cm(*xs):
     """Operands in the result dtype, then in its compute type."""
-    return _opmath(*_compute(*xs))
+    return upcast(*_compute(*xs))
 
 
 def _scalar_opmath(*xs):
@@ -48,7 +42,7 @@ def _scalar_opmath(*xs):
     it to the half dtype first; add/sub do round it first); others as `_compute`.  None if not a half
     result (then `_compute` is exact)."""
     dt = out_dtype()
-    if dt not in _HALF:
+    if dt not in HALF:
         return None
     out = []
     for x in xs:
@@ -155,7 +149,7 @@ def div_mode(x, y, *, rounding_mode=None):
         return _div_floor_int(x, y)
     if dt == jnp.bool_:
         return x
-    x, y = _opmath(x, y)
+    x, y = upcast(x, y)
     if rounding_mode == "trunc":
         return jnp.trunc(x / y)
     return _div_floor_float(x, y)
@@ -215,7 +209,7 @@ def _ipow(a, b):
 def _pow(x, y):
     if _is_int(x.dtype) or x.dtype == jnp.bool_:
         return _ipow(x, y)
-    x, y = _opmath(x, y)
+    x, y = upcast(x, y)
     return jnp.power(x, y)
 
 
@@ -238,7 +232,7 @@ def pow_ts(x, exponent):
         if isinstance(e, int) and 0 <= e <= 64:
             return lax.integer_pow(x, e) if e != 0 else jnp.ones_like(x)
         return _pow(x, cast(jnp.asarray(e), dt))
-    (x,) = _opmath(x)
+    (x,) = upcast(x)
     # PyTorch's special cases (exact products / sqrt / rsqrt / reciprocal)
     if isinstance(e, (int, float)) and not isinstance(e, complex):
         if e == 0:
@@ -451,7 +445,7 @@ for _n, _f in {"floor.default": jnp.floor, "ceil.default": jnp.ceil, "trunc.defa
 def round_decimals(x, *, decimals=0):
     if not is_float(x.dtype):
         return x
-    (x,) = _opmath(x)
+    (x,) = upcast(x)
     ten = jnp.asarray(10.0 ** abs(decimals), x.dtype)
     if decimals < 0:
         return jnp.round(x / ten) * ten
@@ -630,7 +624,7 @@ _FREXP_LAYOUT = {  # float dtype -> (uint dtype, mantissa bits, exponent bias)
 @lower("frexp.Tensor")
 def frexp(x):
     dt = x.dtype
-    xf = x.astype(jnp.float32) if dt in _HALF else x
+    xf = x.astype(jnp.float32) if dt in HALF else x
     udt, mbits, bias = _FREXP_LAYOUT[jnp.dtype(xf.dtype)]
     nbits = jnp.iinfo(udt).bits
     # from the bits (XLA:CPU flushes subnormals in arithmetic; PyTorch does not)

@@ -12,7 +12,8 @@ import math
 
 import jax.numpy as jnp
 
-from ..lowering import cast, lower, out_dtype, out_meta
+from ..numerics import cast
+from ..lowering import lower, out_dtype, out_meta
 
 _C = {jnp.dtype(jnp.float32): jnp.complex64, jnp.dtype(jnp.float64): jnp.complex128,
       jnp.dtype(jnp.float16): jnp.complex64, jnp.dtype(jnp.bfloat16): jnp.complex64,

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import torch
 
 from .. import lowering
-from ..lowering import LOWERINGS, convert, lower, meta_kernel, out_meta, resolve
+from ..numerics import convert, opmath
+from ..lowering import LOWERINGS, lower, meta_kernel, out_meta, resolve
 
 aten = torch.ops.aten
 
@@ -210,12 +211,6 @@ _addc("addcdiv")
 
 
 # ---------------------------------------------------------------- AMP grad scaler
-def _opmath(dt):
-    dt = jnp.dtype(dt)
-    if dt in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
-        return jnp.dtype(jnp.float32)
-    return dt
-
 
 @lower("_amp_foreach_non_finite_check_and_unscale_.default")
 def amp_unscale(self, found_inf, inv_scale):
@@ -231,7 +226,7 @@ def amp_unscale(self, found_inf, inv_scale):
     bad = jnp.zeros((), jnp.bool_)
     out = []
     for g in self:
-        cd = _opmath(g.dtype)
+        cd = opmath(g.dtype)
         gv = g.astype(cd)
         bad = bad | ~jnp.all(jnp.isfinite(gv))
         scaled = jnp.where(inv == 1.0, gv, gv * inv.astype(cd))
@@ -270,9 +265,9 @@ def _unscale(grads, grad_scale, found_inf):
     """grads / grad_scale in opmath (the fused kernels write the unscaled grads back, unless
     found_inf is set: then nothing at all is written)."""
     if grad_scale is None:
-        return [g.astype(_opmath(g.dtype)) for g in grads], None
+        return [g.astype(opmath(g.dtype)) for g in grads], None
     gs = jnp.asarray(grad_scale).reshape(())
-    vals = [g.astype(_opmath(g.dtype)) / gs.astype(_opmath(g.dtype)) for g in grads]
+    vals = [g.astype(opmath(g.dtype)) / gs.astype(opmath(g.dtype)) for g in grads]
     return vals, [_skip(found_inf, v.astype(g.dtype), g) for v, g in zip(vals, grads)]
 
 
@@ -294,7 +289,7 @@ def _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     gvals, new_grads = _unscale(grads, grad_scale, found_inf)
     new_p, new_m, new_v, new_mx = [], [], [], []
     for i, p in enumerate(self):
-        cd = _opmath(p.dtype)
+        cd = opmath(p.dtype)
         g = gvals[i]
         pv = p.astype(cd)
         if maximize:
@@ -347,7 +342,7 @@ def fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, 
     gvals, new_grads = _unscale(grads, grad_scale, found_inf)
     new_p, new_buf = [], []
     for i, p in enumerate(self):
-        cd = _opmath(p.dtype)
+        cd = opmath(p.dtype)
         g = gvals[i]
         pv = p.astype(cd)
         if maximize:
@@ -373,7 +368,7 @@ def fused_adagrad(self, grads, state_sums, state_steps, *, lr, lr_decay, weight_
     gvals, new_grads = _unscale(grads, grad_scale, found_inf)
     new_p, new_s = [], []
     for i, p in enumerate(self):
-        cd = _opmath(p.dtype)
+        cd = opmath(p.dtype)
         g = gvals[i]
         pv = p.astype(cd)
         if maximize:

@@ -19,7 +19,6 @@ logarithmic in the tensor size.
 from __future__ import annotations
 
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -27,12 +26,13 @@ import numpy as np
 import torch
 from jax import lax
 
-from .. import dispatch, storage
-from ..lowering import LOWERINGS, cast, lower, out_meta, resolve
+from .. import config, dispatch, storage
+from ..numerics import canon_dim, cast, scalar_type_name
+from ..lowering import LOWERINGS, lower, out_meta, resolve
 
 aten = torch.ops.aten
 
-_checks = os.environ.get("TORCHNEURON_INDEX_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off")
+_checks = config.get("TORCHNEURON_INDEX_CHECKS")
 
 
 def set_index_checks(enabled: bool) -> bool:
@@ -47,11 +47,6 @@ def index_checks() -> bool:
 
 
 # ---------------------------------------------------------------- small helpers
-def _d(dim, ndim):
-    ndim = max(ndim, 1)
-    return dim + ndim if dim < 0 else dim
-
-
 def _as1(x):
     return x.reshape(1) if x.ndim == 0 else x
 
@@ -189,7 +184,7 @@ def _unsafe_masked_index_put_accumulate(x, mask, indices, values):
 def gather(x, dim, index, *, sparse_grad=False):
     shape = _out_shape()
     x1, i1 = _as1(x), _as1(index)
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     if i1.size == 0:
         return jnp.zeros(shape, x.dtype)
     # PyTorch allows index to be smaller than self in the other dims
@@ -207,7 +202,7 @@ def _scatter_src(src, index):
 
 def _scatter(x, dim, index, src, reduce):
     x1, i1 = _as1(x), _as1(index)
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     if i1.size == 0:
         return x
     idx = _scatter_idx(i1, dim)
@@ -239,7 +234,7 @@ def scatter_add(x, dim, index, src):
 @lower("scatter_reduce.two")
 def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     x1, i1 = _as1(x), _as1(index)
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     if i1.size == 0:
         return x
     s = _scatter_src(src, i1)
@@ -252,7 +247,7 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
 def index_select(x, dim, index):
     shape = _out_shape()
     x1 = _as1(x)
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     i = jnp.asarray(index).reshape(-1)
     r = x1.at[_dim_idx(x1.ndim, dim, i)].get(mode="fill", wrap_negative_indices=False)
     return r.reshape(shape)
@@ -266,7 +261,7 @@ def _src_along(src, x1, dim, n):
 @lower("index_add.default")
 def index_add(x, dim, index, source, *, alpha=1):
     x1 = _as1(x)
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     i = jnp.asarray(index).reshape(-1)
     s = cast(_src_along(source, x1, dim, i.shape[0]), x.dtype)
     if not (isinstance(alpha, (int, float)) and alpha == 1):
@@ -282,7 +277,7 @@ def index_add(x, dim, index, source, *, alpha=1):
 @lower("index_copy.default")
 def index_copy(x, dim, index, source):
     x1 = _as1(x)
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     i = jnp.asarray(index).reshape(-1)
     s = cast(_src_along(source, x1, dim, i.shape[0]), x.dtype)
     r = x1.at[_dim_idx(x1.ndim, dim, i)].set(s, mode="drop", wrap_negative_indices=False)
@@ -292,7 +287,7 @@ def index_copy(x, dim, index, source):
 @lower("index_fill.int_Scalar", "index_fill.int_Tensor")
 def index_fill(x, dim, index, value):
     x1 = _as1(x)
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     i = jnp.asarray(index).reshape(-1)
     v = cast(jnp.asarray(value), x.dtype)
     r = x1.at[_dim_idx(x1.ndim, dim, i)].set(v, mode="drop")
@@ -302,7 +297,7 @@ def index_fill(x, dim, index, value):
 @lower("index_reduce.default")
 def index_reduce(x, dim, index, source, reduce, *, include_self=True):
     x1 = _as1(x)
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     i = jnp.asarray(index).reshape(-1)
     s = _src_along(source, x1, dim, i.shape[0])
     r = _reduce_into(x1, _dim_idx(x1.ndim, dim, i), s, reduce, include_self, False)
@@ -694,7 +689,7 @@ def _dim_size(t, dim):
 def _gather_like(kind):
     def finder(arg):
         x, dim, index = arg("self"), arg("dim"), arg("index")
-        dim = _d(dim, x.dim())
+        dim = canon_dim(dim, x.dim())
         n = _dim_size(x, dim)
         return [(index, 0, n, _oob(dim, n, kind))]
     return finder
@@ -708,7 +703,7 @@ for _n in ("gather.default", "scatter.src", "scatter.value", "scatter.reduce",
 def _along(lo_wrap, make):
     def finder(arg):
         x, dim, index = arg("self"), arg("dim"), arg("index")
-        dim = _d(dim, x.dim())
+        dim = canon_dim(dim, x.dim())
         n = _dim_size(x, dim)
         return [(index, -n if lo_wrap else 0, n, make(dim, n))]
     return finder
@@ -1012,8 +1007,8 @@ def _index_put_kernel(op, low_op, mode):
         if isinstance(values, torch.Tensor) and values.dtype != self.dtype:
             raise RuntimeError(
                 "Index put requires the source and destination dtypes match, got "
-                f"{dispatch.scalar_type_name(self.dtype)} for the destination and "
-                f"{dispatch.scalar_type_name(values.dtype)} for the source.")
+                f"{scalar_type_name(self.dtype)} for the destination and "
+                f"{scalar_type_name(values.dtype)} for the source.")
         masks = [t for t in indices if t is not None and _is_mask(t)]
         if masks:
             _mask_positions(self, indices)

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..lowering import cast, lower, meta_kernel, out_dtype, out_meta
+from ..numerics import cast, scalar_type_name
+from ..lowering import lower, meta_kernel, out_dtype, out_meta
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -56,19 +57,10 @@ def _add_beta(prod, self, beta, alpha, dt):
     return cast(sb + r, dt)
 
 
-_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
-          "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
-          "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
-
-
-def _tname(x):
-    return _NAMES.get(jnp.dtype(x.dtype).name, jnp.dtype(x.dtype).name)
-
-
 def _same_dtype(msg, *xs):
     """PyTorch's CPU dtype checks that the meta kernels of these ops skip."""
     if len({jnp.dtype(x.dtype) for x in xs}) > 1:
-        raise RuntimeError(msg.format(*[_tname(x) for x in xs]))
+        raise RuntimeError(msg.format(*[scalar_type_name(x.dtype) for x in xs]))
 
 
 @lower("mm.default")
@@ -85,7 +77,7 @@ def mm_dtype(a, b, out_dtype_):
 
 def _expected_scalar_type(a, b):
     if jnp.dtype(a.dtype) != jnp.dtype(b.dtype):
-        raise RuntimeError(f"expected scalar type {_tname(a)} but found {_tname(b)}")
+        raise RuntimeError(f"expected scalar type {scalar_type_name(a.dtype)} but found {scalar_type_name(b.dtype)}")
 
 
 @lower("bmm.default")

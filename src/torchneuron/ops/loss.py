@@ -12,20 +12,14 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .. import runtime
-from ..lowering import cast, lower, meta_kernel, out_dtype
+from ..numerics import cast, not_implemented, opmath
+from ..lowering import lower, meta_kernel, out_dtype
 
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 NONE, MEAN, SUM = 0, 1, 2
 
 
-def _acc(dt):
-    dt = jnp.dtype(dt)
-    return jnp.dtype(jnp.float32) if dt in _HALF else dt
-
-
 def _up(*xs, dt=None):
-    dt = _acc(out_dtype() if dt is None else dt)
+    dt = opmath(out_dtype() if dt is None else dt)
     return [None if x is None else cast(jnp.asarray(x), dt) for x in xs]
 
 
@@ -353,8 +347,7 @@ def _shift(x, k, fill):
 
 def _ctc_float_only(log_probs):
     if jnp.dtype(log_probs.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
-        raise NotImplementedError(
-            f'"ctc_loss_cpu" not implemented for \'{runtime.scalar_type_name(log_probs.dtype)}\'')
+        raise not_implemented("ctc_loss_cpu", log_probs.dtype)
 
 
 @lower("_ctc_loss.default")

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .. import dispatch, lowering, runtime, storage
+from .. import dispatch, runtime, storage
+from .. import numerics
 from ..dispatch import register_kernel
 from ..lowering import lower, out_dtype
 
@@ -110,44 +111,11 @@ def _grow(arr, n):
     return f(arr)
 
 
-# ---------------------------------------------------------------- reading values
-_read_fns: dict = {}
-
-
-def materialize(t: torch.Tensor):
-    """The tensor's values as a jax array of its shape (on the device)."""
-    cell = storage.cell_of(t)
-    arr = cell.arr
-    dtype, shape, strides, off = storage.view_spec(t)
-    flags = storage.view_flags(t)
-    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], flags)
-    f = _read_fns.get(key)
-    if f is None:
-        if off:
-            f = jax.jit(lambda a, o: storage.apply_flags(
-                storage.read_view(a, (dtype, shape, strides, o)), flags))
-        else:
-            f = jax.jit(lambda a: storage.apply_flags(
-                storage.read_view(a, (dtype, shape, strides, 0)), flags))
-        _read_fns[key] = f
-    if off:
-        return f(arr, dispatch.dyn_scalar(off, cell.index))
-    return f(arr)
-
-
-def to_cpu_tensor(t: torch.Tensor) -> torch.Tensor:
-    """A new contiguous CPU tensor with t's values."""
-    if t.numel() == 0:
-        return torch.empty(tuple(t.shape), dtype=t.dtype)
-    arr = materialize(t)
-    return storage.to_host(arr, t.dtype).reshape(tuple(t.shape))
-
-
 def local_scalar_dense(self):
     if self.numel() != 1:
         raise RuntimeError(
             f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
-    v = to_cpu_tensor(self)
+    v = storage.to_cpu_tensor(self)
     return v.item()
 
 
@@ -177,7 +145,7 @@ def assign(dst: torch.Tensor, values) -> None:
                 a, (dtype, shape, strides, 0), storage.apply_flags(v, flags)))
         _assign_fns[key] = f
     if off:
-        cell.arr = f(arr, values, dispatch.dyn_scalar(off, cell.index))
+        cell.arr = f(arr, values, storage.dyn_scalar(off, cell.index))
     else:
         cell.arr = f(arr, values)
 
@@ -190,7 +158,7 @@ def copy_(self, src, non_blocking=False):
     if self.device.type == "neuron":
         if src.device.type == "neuron":
             if src.device.index != self.device.index:
-                values = jax.device_put(materialize(src), runtime.jax_device(self.device.index))
+                values = jax.device_put(storage.materialize(src), runtime.jax_device(self.device.index))
             else:
                 return _copy_same_device(self, src)
         else:
@@ -201,7 +169,7 @@ def copy_(self, src, non_blocking=False):
         assign(self, values)
         return self
     # neuron -> cpu (or another device through cpu)
-    host = to_cpu_tensor(src)
+    host = storage.to_cpu_tensor(src)
     self.copy_(host, non_blocking)
     return self
 
@@ -222,7 +190,7 @@ def _check_broadcast(dst, src):
 
 @lower("copy_.default")
 def _copy_lowering(self, src, non_blocking=False):
-    return lowering.convert(src, self.dtype)
+    return numerics.convert(src, self.dtype)
 
 
 def _copy_same_device(self, src):
@@ -248,7 +216,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         return storage.make_tensor(arr, same.dtype, tuple(same.shape), same.stride(), 0, tidx,
                                    cell.nbytes)
     if self.device.type == "neuron":  # -> cpu
-        host = to_cpu_tensor(self)
+        host = storage.to_cpu_tensor(self)
         if host.dtype != dtype:
             host = host.to(dtype)
         if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
@@ -266,7 +234,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
     if src.dtype != dtype:
         src = src.to(dtype)
     if memory_format in (None, torch.preserve_format):
-        if not src.is_contiguous() and storage._perm_plan(tuple(src.shape), src.stride()) is not None:
+        if not src.is_contiguous() and storage.perm_plan(tuple(src.shape), src.stride()) is not None:
             strides = src.stride()
             out = storage.empty(tuple(src.shape), dtype, idx, strides)
             assign(out, _upload(src, idx))
@@ -276,13 +244,13 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
                             _strides_for(tuple(src.shape), memory_format))
         assign(out, _upload(src, idx))
         return out
-    return dispatch.to_neuron(src, idx)
+    return storage.to_neuron(src, idx)
 
 
 @lower("_to_copy.default")
 def _to_copy_lowering(x, *, dtype=None, layout=None, device=None, pin_memory=None,
                       non_blocking=False, memory_format=None):
-    return lowering.convert(x, out_dtype())
+    return numerics.convert(x, out_dtype())
 
 
 @lower("clone.default")

@@ -18,15 +18,10 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..lowering import cast, lower, out_dtype, out_meta
+from ..numerics import cast, opmath
+from ..lowering import lower, out_dtype, out_meta
 
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 aten = torch.ops.aten
-
-
-def _acc(dt):
-    dt = jnp.dtype(dt)
-    return jnp.dtype(jnp.float32) if dt in _HALF else dt
 
 
 def _like_meta(results):
@@ -75,7 +70,7 @@ def _bn_apply(x, mean, invstd, weight, bias, acc):
 
 
 def _bn_train(input, weight, bias, running_mean, running_var, momentum, eps):
-    acc = _acc(input.dtype)
+    acc = opmath(input.dtype)
     x = cast(input, acc)
     n = math.prod(x.shape) // max(x.shape[1], 1) if x.ndim > 1 else x.shape[0]
     mean, var, invstd = _bn_stats(x, eps)
@@ -93,7 +88,7 @@ def _bn_train(input, weight, bias, running_mean, running_var, momentum, eps):
 
 
 def _bn_eval(input, weight, bias, running_mean, running_var, eps):
-    acc = _acc(input.dtype)
+    acc = opmath(input.dtype)
     x = cast(input, acc)
     mean = cast(running_mean, acc)
     invstd = lax.rsqrt(cast(running_var, acc) + jnp.asarray(eps, acc))
@@ -165,7 +160,7 @@ def batch_norm_no_update(input, weight, bias, running_mean, running_var, momentu
 
 def _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
                  train, eps, output_mask):
-    acc = _acc(input.dtype)
+    acc = opmath(input.dtype)
     x = cast(input, acc)
     g = cast(grad_out, acc)
     cs = _chan_shape(x)
@@ -238,7 +233,7 @@ _register_kernels()
 # ---------------------------------------------------------------- layer norm
 @lower("native_layer_norm.default")
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
-    acc = _acc(input.dtype)
+    acc = opmath(input.dtype)
     x = cast(input, acc)
     k = len(normalized_shape)
     axes = tuple(range(x.ndim - k, x.ndim))
@@ -259,7 +254,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
 @lower("native_layer_norm_backward.default")
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias,
                                output_mask):
-    acc = _acc(input.dtype)
+    acc = opmath(input.dtype)
     x = cast(input, acc)
     g = cast(grad_out, acc)
     k = len(normalized_shape)
@@ -285,7 +280,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
 # ---------------------------------------------------------------- group norm
 @lower("native_group_norm.default")
 def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
-    acc = _acc(input.dtype)
+    acc = opmath(input.dtype)
     x = cast(input, acc)
     N, C, HxW = int(N), int(C), int(HxW)
     if x.size == 0:
@@ -306,7 +301,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
 @lower("native_group_norm_backward.default")
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
                                output_mask):
-    acc = _acc(input.dtype)
+    acc = opmath(input.dtype)
     N, C, HxW = int(N), int(C), int(HxW)
     x = cast(input, acc).reshape(N, C, HxW)
     g = cast(grad_out, acc).reshape(N, C, HxW)
@@ -340,7 +335,7 @@ def _norm_except(v, dim):
 
 @lower("_weight_norm_interface.default")
 def weight_norm_interface(v, g, dim=0):
-    acc = _acc(v.dtype)
+    acc = opmath(v.dtype)
     vv = cast(v, acc)
     norms = _norm_except(vv, dim)
     w = vv * (cast(g, acc) / norms)
@@ -349,7 +344,7 @@ def weight_norm_interface(v, g, dim=0):
 
 @lower("_weight_norm_interface_backward.default")
 def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
-    acc = _acc(saved_v.dtype)
+    acc = opmath(saved_v.dtype)
     v = cast(saved_v, acc)
     gw = cast(grad_w, acc)
     keep = [1] * v.ndim

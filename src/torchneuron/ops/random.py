@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ..numerics import opmath, scalar_type_name
 from ..lowering import LOWERINGS, lower, meta_kernel, out_dtype, out_meta, rng_key
 
 aten = torch.ops.aten
@@ -251,10 +252,10 @@ def bernoulli_float(self, p=0.5, *, generator=None):
 def _check_p_dtype(pdt, tdt):
     if not pdt.is_floating_point:
         raise NotImplementedError(f'"bernoulli_tensor_cpu_p_" not implemented for '
-                                  f"'{_scalar_name(pdt)}'")
+                                  f"'{scalar_type_name(pdt)}'")
     if tdt.is_complex:
         raise NotImplementedError(f'"bernoulli_tensor_cpu_self_" not implemented for '
-                                  f"'{_scalar_name(tdt)}'")
+                                  f"'{scalar_type_name(tdt)}'")
 
 
 @lower("bernoulli.Tensor", "bernoulli_.Tensor", random=True)
@@ -427,7 +428,7 @@ def _check_multinomial_static(shape, jdt, n, replacement):
         from .. import runtime
 
         raise RuntimeError("multinomial only supports floating-point dtypes for input, got: "
-                           f"{_scalar_name(runtime.tdtype(jdt))}")
+                           f"{scalar_type_name(runtime.tdtype(jdt))}")
     if n <= 0:
         raise RuntimeError("cannot sample n_sample <= 0 samples")
     ncat = shape[-1]
@@ -437,32 +438,14 @@ def _check_multinomial_static(shape, jdt, n, replacement):
         raise RuntimeError("number of categories cannot exceed 2^24")
 
 
-_SCALAR_NAMES = {
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
-    torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
-    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-}
-
-
-def _scalar_name(dt):
-    return _SCALAR_NAMES.get(dt, str(dt).replace("torch.", ""))
-
-
 # ---------------------------------------------------------------- dropout
-def _opmath(dt):
-    dt = jnp.dtype(dt)
-    if dt in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
-        return jnp.dtype(jnp.float32)
-    return dt
-
 
 def _times_scale(x, scale):
     """x * scale with PyTorch's opmath (a double scalar times a tensor)."""
     dt = jnp.dtype(x.dtype)
     if jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_:
         return x * scale
-    cd = _opmath(dt)
+    cd = opmath(dt)
     return (x.astype(cd) * jnp.asarray(scale, cd)).astype(dt)
 
 
@@ -493,7 +476,7 @@ def _need_float(kernel, x):
         from .. import runtime
 
         raise NotImplementedError(f'"{kernel}" not implemented for '
-                                  f"'{_scalar_name(runtime.tdtype(x.dtype))}'")
+                                  f"'{scalar_type_name(runtime.tdtype(x.dtype))}'")
 
 
 @lower("poisson.default", random=True)

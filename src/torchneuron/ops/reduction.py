@@ -24,15 +24,8 @@ import torch
 from jax import lax
 
 from .. import runtime
-from ..lowering import LOWERINGS, cast, is_float, lower, out_dtype, out_meta, round_to
-
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-
-
-def _acc(dt):
-    """The dtype CPU accumulates `dt` in."""
-    dt = jnp.dtype(dt)
-    return jnp.dtype(jnp.float32) if dt in _HALF else dt
+from ..numerics import HALF, cast, is_float, not_implemented, opmath, round_to, scalar_type_name
+from ..lowering import LOWERINGS, lower, out_dtype, out_meta
 
 
 def _is_complex(dt):
@@ -72,31 +65,14 @@ def _axis(dim, ndim):
     return dim % ndim if ndim else 0
 
 
-_NAMES = {
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
-    torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
-    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-}
-
-
-def _tname(dt):
-    t = runtime.tdtype(dt)
-    return _NAMES.get(t, str(t).replace("torch.", ""))
-
-
-def _not_impl(name, x):
-    raise NotImplementedError(f'"{name}" not implemented for \'{_tname(x.dtype)}\'')
-
-
 def _no_complex(name, x):
     if _is_complex(x.dtype):
-        _not_impl(name, x)
+        raise not_implemented(name, x.dtype)
 
 
 def _no_bool(name, x):
     if x.dtype == jnp.bool_:
-        _not_impl(name, x)
+        raise not_implemented(name, x.dtype)
 
 
 def _need_nonempty_dim(name, x, dim):
@@ -129,7 +105,7 @@ def _sum_dtype(x, dtype):
 def sum_(x, dim=None, keepdim=False, *, dtype=None):
     dt = _sum_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
-    xa = _to(x, _acc(dt))
+    xa = _to(x, opmath(dt))
     if xa.dtype == jnp.bool_:
         return jnp.any(xa, axis=axes, keepdims=keepdim)
     return jnp.sum(xa, axis=axes, keepdims=keepdim)
@@ -148,7 +124,7 @@ def nansum(x, dim=None, keepdim=False, *, dtype=None):
 def mean(x, dim=None, keepdim=False, *, dtype=None):
     dt = out_dtype() or (runtime.jdtype(dtype) if dtype is not None else x.dtype)
     axes = _axes(dim, x.ndim)
-    xa = _to(x, _acc(dt))
+    xa = _to(x, opmath(dt))
     n = math.prod(x.shape[a] for a in axes)
     s = jnp.sum(xa, axis=axes, keepdims=keepdim)
     return s / jnp.asarray(n, _real_dtype(xa.dtype)) if n else s * jnp.asarray(jnp.nan, _real_dtype(xa.dtype))
@@ -158,7 +134,7 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
 def prod(x, dim=None, keepdim=False, *, dtype=None):
     dt = _sum_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
-    xa = _to(x, _acc(dt))
+    xa = _to(x, opmath(dt))
     if xa.dtype == jnp.bool_:
         return jnp.all(xa, axis=axes, keepdims=keepdim)
     return jnp.prod(xa, axis=axes, keepdims=keepdim)
@@ -273,7 +249,7 @@ def _var_mean(x, dim, correction, keepdim):
     if not is_float(x.dtype):
         raise RuntimeError("std and var only support floating point and complex dtypes")
     axes = _axes(dim, x.ndim)
-    xa = cast(x, _acc(x.dtype))
+    xa = cast(x, opmath(x.dtype))
     if correction is None:
         correction = 1
     n = math.prod(x.shape[a] for a in axes)
@@ -315,8 +291,8 @@ def std_mean(x, dim=None, *, correction=None, keepdim=False):
 
 # ---------------------------------------------------------------- norms
 def _vnorm(x, ord, axes, keepdim):
-    rdt = _real_dtype(_acc(x.dtype))
-    a = jnp.abs(cast(x, _acc(x.dtype))).astype(rdt)
+    rdt = _real_dtype(opmath(x.dtype))
+    a = jnp.abs(cast(x, opmath(x.dtype))).astype(rdt)
     if ord == math.inf:
         return jnp.max(a, axis=axes, keepdims=keepdim)
     if ord == -math.inf:
@@ -371,7 +347,7 @@ def logsumexp(x, dim, keepdim=False):
         # CPU: the all-reduced result cannot take the kept-dim max back
         raise RuntimeError(f"output with shape [] doesn't match the broadcast shape {[1] * x.ndim}")
     dt = out_dtype() or (x.dtype if is_float(x.dtype) else jnp.dtype(jnp.float32))
-    xa = _to(x, _acc(dt))
+    xa = _to(x, opmath(dt))
     axes = _axes(dim, x.ndim)
     if x.size == 0:
         return jnp.log(jnp.sum(jnp.exp(xa), axis=axes, keepdims=keepdim))
@@ -428,7 +404,7 @@ def count_nonzero(x, dim=None):
 @lower("cumsum.default")
 def cumsum(x, dim, *, dtype=None):
     dt = _sum_dtype(x, dtype)
-    xa = _to(x, _acc(dt))
+    xa = _to(x, opmath(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     if xa.dtype == jnp.bool_:
@@ -439,7 +415,7 @@ def cumsum(x, dim, *, dtype=None):
 @lower("cumprod.default")
 def cumprod(x, dim, *, dtype=None):
     dt = _sum_dtype(x, dtype)
-    xa = _to(x, _acc(dt))
+    xa = _to(x, opmath(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     if xa.dtype == jnp.bool_:
@@ -503,9 +479,9 @@ def _logaddexp(x, y):
 @lower("logcumsumexp.default")
 def logcumsumexp(x, dim):
     if not is_float(x.dtype):
-        _not_impl("logcumsumexp", x)
+        raise not_implemented("logcumsumexp", x.dtype)
     dt = out_dtype() or x.dtype
-    xa = _to(x, _acc(dt))
+    xa = _to(x, opmath(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     d = _axis(dim, x.ndim)
@@ -738,7 +714,7 @@ def histc(x, bins=100, min=0, max=0):
     if jnp.issubdtype(x.dtype, jnp.integer):
         return _histc_int(x, bins, min, max)
     if not is_float(x.dtype) or _is_complex(x.dtype):
-        _not_impl("histc", x)
+        raise not_implemented("histc", x.dtype)
     dt = x.dtype
     lo, hi = float(min), float(max)
     if lo > hi:
@@ -756,7 +732,7 @@ def histc(x, bins=100, min=0, max=0):
     left, right = lo_a.astype(dt), hi_a.astype(dt)
     xf = x.reshape(-1)
     valid = (xf >= left) & (xf <= right)
-    if jnp.dtype(dt) in _HALF:
+    if jnp.dtype(dt) in HALF:
         # round after each operation like CPU's Half arithmetic, so edge elements land in
         # CPU's bin
         def r(v):
@@ -770,7 +746,7 @@ def histc(x, bins=100, min=0, max=0):
     pos = jnp.where(valid, pos, 0).astype(jnp.int64)
     pos = jnp.where(pos == bins, bins - 1, pos)
     pos = jnp.clip(pos, 0, bins - 1)
-    acc = _acc(dt)
+    acc = opmath(dt)
     return jnp.zeros((bins,), acc).at[pos].add(valid.astype(acc))
 
 
@@ -888,14 +864,14 @@ def _dist_grad(diff, g, dist, p, acc):
 @lower("_cdist_forward.default", static=("p",))
 def cdist_forward(x1, x2, p, compute_mode=None):
     dt = out_dtype() or x1.dtype
-    x1, x2 = cast(x1, _acc(dt)), cast(x2, _acc(dt))
+    x1, x2 = cast(x1, opmath(dt)), cast(x2, opmath(dt))
     return pnorm_last(jnp.abs(_pdiff(x1, x2)), p)
 
 
 @lower("_cdist_backward.default", static=("p",))
 def cdist_backward(grad, x1, x2, p, cdist):
     dt = out_dtype() or x1.dtype
-    acc = _acc(dt)
+    acc = opmath(dt)
     x1, x2, grad, cdist = (cast(t, acc) for t in (x1, x2, grad, cdist))
     # like CPU, the result has the broadcast batch shape (autograd sums it down to x1's)
     shape = tuple(out_meta().shape)
@@ -916,7 +892,7 @@ def _pairs(n):
 @lower("_pdist_forward.default", static=("p",))
 def pdist_forward(x, p=2.0):
     dt = out_dtype() or x.dtype
-    x = cast(x, _acc(dt))
+    x = cast(x, opmath(dt))
     n = x.shape[0]
     if n < 2:
         return jnp.zeros((0,), x.dtype)
@@ -927,7 +903,7 @@ def pdist_forward(x, p=2.0):
 @lower("_pdist_backward.default", static=("p",))
 def pdist_backward(grad, x, p, pdist):
     dt = out_dtype() or x.dtype
-    acc = _acc(dt)
+    acc = opmath(dt)
     x, grad, pdist = (cast(t, acc) for t in (x, grad, pdist))
     n = x.shape[0]
     if n < 2 or x.shape[1] == 0 or p == 0:
@@ -943,7 +919,7 @@ def pdist_backward(grad, x, p, pdist):
 @lower("renorm.default", static=("p",))
 def renorm(x, p, dim, maxnorm):
     dt = x.dtype
-    acc = _acc(dt)
+    acc = opmath(dt)
     xa = cast(x, acc)
     d = dim % x.ndim  # the meta kernel has checked x.ndim >= 2
     a = jnp.moveaxis(jnp.abs(xa), d, 0)
@@ -954,7 +930,7 @@ def renorm(x, p, dim, maxnorm):
     mx = jnp.asarray(maxnorm, acc)
     factor = jnp.where(norm > mx, mx / (norm + jnp.asarray(1e-7, acc)), 1).astype(acc)
     real = jnp.real(jnp.zeros((), dt)).dtype
-    if jnp.dtype(real) in _HALF:
+    if jnp.dtype(real) in HALF:
         factor = cast(cast(factor, real), acc)
     return cast(xa * factor, dt)
 
@@ -1028,7 +1004,7 @@ def _bincount_kernel(self, weights=None, minlength=0):
     """bincount: the result length depends on max(self), read back once (a sync)."""
     _k_check_device(self, weights)
     if self.dtype == torch.bool or self.dtype.is_floating_point or self.dtype.is_complex:
-        raise NotImplementedError(f'"bincount" not implemented for \'{_NAMES.get(self.dtype, self.dtype)}\'')
+        raise not_implemented("bincount", self.dtype)
     if self.dim() != 1:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
@@ -1089,7 +1065,7 @@ def _unique_impl(self, dim, sort, return_inverse, return_counts, name):
     shape = tuple(self.shape)
     if self.is_complex():
         cname = "unique_dim" if name == "unique_dim" else "unique"
-        raise NotImplementedError(f'"{cname}" not implemented for \'{_NAMES[self.dtype]}\'')
+        raise not_implemented(cname, self.dtype)
     if dim is not None:
         if self.dim() == 0:
             raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
@@ -1202,7 +1178,7 @@ _HIST_DTYPES = (torch.float32, torch.float64)
 
 def _hist_checks(self, weight):
     if self.dtype not in _HIST_DTYPES:
-        raise NotImplementedError(f'"histogramdd" not implemented for \'{_NAMES.get(self.dtype, self.dtype)}\'')
+        raise not_implemented("histogramdd", self.dtype)
     if weight is not None:
         if tuple(weight.shape) != tuple(self.shape):
             raise RuntimeError(
@@ -1434,7 +1410,7 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
                    unsafe=False, initial=None):
     red = _SEG_REDUCE[reduce]
     dt = data.dtype
-    acc = _acc(dt)
+    acc = opmath(dt)
     x, seg, lens, ax, S = _seg_layout(cast(data, acc), lengths, offsets, axis)
     init = None if initial is None else jnp.asarray(initial, acc)
     cnt = lens[:, :, None]
@@ -1466,7 +1442,7 @@ def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets
                             initial=None):
     red = _SEG_REDUCE[reduce]
     dt = data.dtype
-    acc = _acc(dt)
+    acc = opmath(dt)
     x, seg, lens, ax, S = _seg_layout(cast(data, acc), lengths, offsets, axis)
     B, D, R = x.shape
     g = cast(grad, acc).reshape(B, S, R)
@@ -1545,7 +1521,7 @@ def hash_tensor(x, dim=(), *, keepdim=False, mode=0):
     dt = jnp.dtype(x.dtype)
     if jnp.issubdtype(dt, jnp.complexfloating):
         raise NotImplementedError(
-            f"\"xor_sum_cpu\" not implemented for '{_NAMES.get(runtime.tdtype(dt), dt)}'")
+            f"\"xor_sum_cpu\" not implemented for '{scalar_type_name(dt)}'")
     if jnp.issubdtype(dt, jnp.floating):
         bits = lax.bitcast_convert_type(x.astype(jnp.float64), jnp.uint64)
     elif jnp.issubdtype(dt, jnp.signedinteger):

@@ -19,13 +19,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import nn as jnn
 
+from ..numerics import upcast
 from ..lowering import lower, meta_kernel
-
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-
-
-def _acc(*xs):
-    return [None if x is None else (x.astype(jnp.float32) if x.dtype in _HALF else x) for x in xs]
 
 
 def _bias(b):
@@ -71,7 +66,7 @@ meta_kernel("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta)
 @lower("_thnn_fused_lstm_cell.default")
 def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     dt = cx.dtype
-    ig, hg, c, ib, hb = _acc(input_gates, hidden_gates, cx, input_bias, hidden_bias)
+    ig, hg, c, ib, hb = upcast(input_gates, hidden_gates, cx, input_bias, hidden_bias)
     gates = ig + hg + _bias(ib) + _bias(hb)
     i, f, g, o = jnp.split(gates, 4, axis=1)
     i, f, g, o = jnn.sigmoid(i), jnn.sigmoid(f), jnp.tanh(g), jnn.sigmoid(o)
@@ -84,7 +79,7 @@ def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
 @lower("_thnn_fused_lstm_cell_backward_impl.default", static=("has_bias",))
 def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     dt = cx.dtype
-    c, cyv, ws, gh, gc = _acc(cx, cy, workspace, grad_hy, grad_cy)
+    c, cyv, ws, gh, gc = upcast(cx, cy, workspace, grad_hy, grad_cy)
     i, f, g, o = jnp.split(ws, 4, axis=1)
     gh = jnp.zeros_like(cyv) if gh is None else gh
     gc = jnp.zeros_like(cyv) if gc is None else gc
@@ -105,7 +100,7 @@ def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
 @lower("_thnn_fused_gru_cell.default")
 def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     dt = hx.dtype
-    ig, hg, h, ib, hb = _acc(input_gates, hidden_gates, hx, input_bias, hidden_bias)
+    ig, hg, h, ib, hb = upcast(input_gates, hidden_gates, hx, input_bias, hidden_bias)
     ir, ii, inn = jnp.split(ig + _bias(ib), 3, axis=1)
     hr, hi, hn = jnp.split(hg + _bias(hb), 3, axis=1)
     r = jnn.sigmoid(ir + hr)
@@ -119,7 +114,7 @@ def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=N
 @lower("_thnn_fused_gru_cell_backward.default", static=("has_bias",))
 def fused_gru_cell_backward(grad_hy, workspace, has_bias):
     dt = workspace.dtype
-    go, ws = _acc(grad_hy, workspace)
+    go, ws = upcast(grad_hy, workspace)
     r, z, n, h, hn = jnp.split(ws, 5, axis=1)
     gz = go * (h - n) * (1 - z) * z
     ghx = go * z

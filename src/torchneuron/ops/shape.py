@@ -16,7 +16,8 @@ import torch
 from jax import lax
 
 from .. import dispatch, storage
-from ..lowering import LOWERINGS, cast, lower, out_dtype, out_meta
+from ..numerics import canon_dim, cast, opmath
+from ..lowering import LOWERINGS, lower, out_dtype, out_meta
 
 aten = torch.ops.aten
 
@@ -28,21 +29,11 @@ def _shape():
     return tuple(m.shape)
 
 
-def _d(dim, ndim):
-    ndim = max(ndim, 1)
-    return dim + ndim if dim < 0 else dim
-
-
 def _transpose_of(fn, in_shape, dtype, ct):
     """The transpose (adjoint) of the linear map fn at input shape/dtype, applied to ct."""
     spec = jax.ShapeDtypeStruct(tuple(in_shape), dtype)
     (r,) = jax.linear_transpose(fn, spec)(ct.astype(dtype))
     return r
-
-
-def _acc(dt):
-    """Accumulation dtype for sums of low-precision floats."""
-    return jnp.float32 if dt in (jnp.bfloat16, jnp.float16) else dt
 
 
 # ---------------------------------------------------------------- cat / stack
@@ -55,7 +46,7 @@ def cat(tensors, dim=0):
              if not (jnp.ndim(t) == 1 and jnp.shape(t)[0] == 0)]
     if not parts:
         return jnp.zeros(shape, dt)
-    dim = _d(dim, len(shape))
+    dim = canon_dim(dim, len(shape))
     parts = [p for p in parts if p.shape[dim] != 0] or parts[:1]
     if len(parts) == 1:
         return parts[0].reshape(shape)
@@ -65,13 +56,13 @@ def cat(tensors, dim=0):
 @lower("stack.default")
 def stack(tensors, dim=0):
     dt = out_dtype()
-    dim = _d(dim, len(_shape()))
+    dim = canon_dim(dim, len(_shape()))
     return jnp.stack([cast(jnp.asarray(t), dt) for t in tensors], axis=dim)
 
 
 @lower("split_with_sizes_copy.default")
 def split_with_sizes_copy(x, split_sizes, dim=0):
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     out, start = [], 0
     for s in split_sizes:
         out.append(lax.slice_in_dim(x, start, start + s, axis=dim))
@@ -81,7 +72,7 @@ def split_with_sizes_copy(x, split_sizes, dim=0):
 
 @lower("split_copy.Tensor")
 def split_copy(x, split_size, dim=0):
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     n = x.shape[dim]
     if split_size == 0:
         return [x]
@@ -91,7 +82,7 @@ def split_copy(x, split_size, dim=0):
 
 @lower("unbind_copy.int")
 def unbind_copy(x, dim=0):
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     return [lax.index_in_dim(x, i, axis=dim, keepdims=False) for i in range(x.shape[dim])]
 
 
@@ -146,7 +137,7 @@ def replication_pad(x, padding):
 def _pad_backward(fwd):
     def low(grad_output, x, padding):
         padding = list(padding)
-        acc = _acc(grad_output.dtype)
+        acc = opmath(grad_output.dtype)
         r = _transpose_of(lambda v: fwd(v, padding), x.shape, acc, grad_output)
         return r.astype(grad_output.dtype)
     return low
@@ -163,7 +154,7 @@ lower("replication_pad1d_backward.default", "replication_pad2d_backward.default"
 def flip(x, dims):
     if x.ndim == 0 or not dims:
         return x
-    return jnp.flip(x, axis=tuple(_d(d, x.ndim) for d in dims))
+    return jnp.flip(x, axis=tuple(canon_dim(d, x.ndim) for d in dims))
 
 
 @lower("roll.default")
@@ -172,7 +163,7 @@ def roll(x, shifts, dims=()):
         return x
     if not dims:
         return jnp.roll(x.reshape(-1), shifts[0]).reshape(x.shape)
-    return jnp.roll(x, tuple(shifts), axis=tuple(_d(d, x.ndim) for d in dims))
+    return jnp.roll(x, tuple(shifts), axis=tuple(canon_dim(d, x.ndim) for d in dims))
 
 
 @lower("repeat.default")
@@ -206,7 +197,7 @@ def _diag_idx(n_rows, n_cols, offset):
 
 
 def _diag_set(x, src, offset, dim1, dim2, add=False):
-    dim1, dim2 = _d(dim1, x.ndim), _d(dim2, x.ndim)
+    dim1, dim2 = canon_dim(dim1, x.ndim), canon_dim(dim2, x.ndim)
     y = jnp.moveaxis(x, (dim1, dim2), (-2, -1))
     r, c = _diag_idx(y.shape[-2], y.shape[-1], offset)
     if len(r) == 0:
@@ -221,7 +212,7 @@ def diagonal_copy(x, offset=0, dim1=0, dim2=1):
     shape = _shape()
     if math.prod(shape) == 0:
         return jnp.zeros(shape, x.dtype)
-    return jnp.diagonal(x, offset, _d(dim1, x.ndim), _d(dim2, x.ndim))
+    return jnp.diagonal(x, offset, canon_dim(dim1, x.ndim), canon_dim(dim2, x.ndim))
 
 
 @lower("diagonal_scatter.default")
@@ -239,7 +230,7 @@ def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
 def diag_embed(x, offset=0, dim1=-2, dim2=-1):
     shape = _shape()
     nd = len(shape)
-    d1, d2 = _d(dim1, nd), _d(dim2, nd)
+    d1, d2 = canon_dim(dim1, nd), canon_dim(dim2, nd)
     z = jnp.zeros(shape, x.dtype)
     if math.prod(shape) == 0:
         return z
@@ -268,7 +259,7 @@ def select_backward(grad_output, input_sizes, dim, index):
 
 @lower("select_scatter.default")
 def select_scatter(x, src, dim, index):
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     if index < 0:
         index += x.shape[dim]
     upd = jnp.expand_dims(cast(jnp.asarray(src), x.dtype), dim)
@@ -283,7 +274,7 @@ def slice_backward(grad_output, input_sizes, dim, start, end, step):
 
 @lower("slice_scatter.default")
 def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     size = x.shape[dim] if x.ndim else 1
     start, end, step = _slice_norm(size, start, end, step)
     src = cast(jnp.asarray(src), x.dtype)
@@ -297,7 +288,7 @@ def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
 
 @lower("narrow_copy.default")
 def narrow_copy(x, dim, start, length):
-    dim = _d(dim, x.ndim)
+    dim = canon_dim(dim, x.ndim)
     if start < 0:
         start += x.shape[dim]
     return lax.slice_in_dim(x, start, start + length, axis=dim)
@@ -307,8 +298,8 @@ def narrow_copy(x, dim, start, length):
 def unfold_backward(grad_in, input_sizes, dim, size, step):
     input_sizes = tuple(input_sizes)
     nd = len(input_sizes)
-    dim = _d(dim, nd)
-    acc = _acc(grad_in.dtype)
+    dim = canon_dim(dim, nd)
+    acc = opmath(grad_in.dtype)
     z = jnp.zeros(input_sizes, acc)
     if grad_in.size == 0:
         return z.astype(grad_in.dtype)
@@ -350,7 +341,7 @@ def expand_copy(x, size, *, implicit=False):
 
 @lower("permute_copy.default")
 def permute_copy(x, dims):
-    return jnp.transpose(x, tuple(_d(d, x.ndim) for d in dims)) if x.ndim else x
+    return jnp.transpose(x, tuple(canon_dim(d, x.ndim) for d in dims)) if x.ndim else x
 
 
 @lower("view_copy.default")
@@ -363,7 +354,7 @@ def unfold_copy(x, dimension, size, step):
     shape = _shape()
     if x.ndim == 0:
         return x.reshape(shape)
-    dim = _d(dimension, x.ndim)
+    dim = canon_dim(dimension, x.ndim)
     nwin = shape[dim]
     if math.prod(shape) == 0:
         return jnp.zeros(shape, x.dtype)
@@ -446,7 +437,7 @@ def col2im(x, output_size, kernel_size, dilation, padding, stride):
     n = xb.shape[0]
     c = xb.shape[1] // (kernel_size[0] * kernel_size[1])
     in_shape = (n, c) + tuple(output_size)
-    acc = _acc(x.dtype)
+    acc = opmath(x.dtype)
     r = _transpose_of(lambda v: _im2col(v, kernel_size, dilation, padding, stride),
                       in_shape, acc, xb)
     r = r.astype(x.dtype)

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..lowering import cast, lower
+from ..numerics import cast
+from ..lowering import lower
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))

@@ -37,13 +37,15 @@ import sys
 import tempfile
 import time
 
+from .. import config
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def repo_root() -> str:
     """The source checkout (where reports/ and docs/ live), else the current directory."""
-    if os.environ.get("TORCHNEURON_CONFORMANCE_ROOT"):  # set by --snapshot
-        return os.environ["TORCHNEURON_CONFORMANCE_ROOT"]
+    if config.get("TORCHNEURON_CONFORMANCE_ROOT"):  # set by --snapshot
+        return config.get("TORCHNEURON_CONFORMANCE_ROOT")
     root = os.path.abspath(os.path.join(_HERE, "..", "..", ".."))
     if os.path.exists(os.path.join(root, "pyproject.toml")):
         return root
@@ -677,7 +679,7 @@ def _git(*args):
 
 
 def _code_state():
-    snap = os.environ.get("TORCHNEURON_CONFORMANCE_SNAPSHOT")
+    snap = config.get("TORCHNEURON_CONFORMANCE_SNAPSHOT")
     if snap:
         return {"commit": snap, "code": "snapshot of the commit"}
     commit = _git("rev-parse", "--short", "HEAD")

@@ -1,4 +1,4 @@
-"""Device memory: cells, fake addresses, and reading/writing views.
+"""Device memory: cells, fake addresses, accounting, and the tensors over them.
 
 A neuron tensor is a real PrivateUse1 ``torch.Tensor`` whose storage was made by
 ``torch._C._construct_storage_from_data_pointer`` at a fake, never reused
@@ -7,26 +7,22 @@ array on the PJRT device, holding the storage's bytes as elements of the
 cell's dtype.  Every view of the storage shares the cell, so a write through
 any view (which replaces ``cell.arr``) is seen by all of them.
 
-The read/write helpers (``read_view``, ``write_view``) are traced inside the
-jitted executables of ``dispatch``: a view read is a reshape, a slice or a
-gather; a view write is an update-slice or a scatter into the flat array.
+How a view reads and writes its cell is ``views``; host transfer is ``transfer``.
 """
 from __future__ import annotations
 
 import math
-import os
 import threading
 import weakref
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
-from jax import lax
 from torch._C import DispatchKey, DispatchKeySet
 
-from . import runtime
-from .runtime import jdtype
+from .. import config, runtime
+from ..runtime import jdtype
+from .views import reinterpret
 
 CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
 _SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset._handle
@@ -85,7 +81,7 @@ def stats(index: int) -> _Stats:
     s = _stats.get(index)
     if s is None:
         s = _stats[index] = _Stats()
-        env = os.environ.get("TORCHNEURON_MEMORY_LIMIT")
+        env = config.get("TORCHNEURON_MEMORY_LIMIT")
         if env:
             s.limit = parse_bytes(env)
     return s
@@ -371,215 +367,3 @@ def zeros_flat(n: int, dtype: torch.dtype, index: int):
     return fn()
 
 
-# ---------------------------------------------------------------- host transfer
-def to_device_array(cpu: torch.Tensor, index: int):
-    """Copy a CPU tensor's values (any layout) to the device as a jax array of its shape."""
-    if cpu.dtype == torch.bool or cpu.dtype in runtime._HOST_VIA or not cpu.is_contiguous():
-        cpu = cpu.contiguous()
-    a = runtime.torch_to_numpy(cpu.resolve_conj().resolve_neg())
-    return jax.device_put(a, runtime.jax_device(index), may_alias=False)
-
-
-def to_host(arr, dtype: torch.dtype) -> torch.Tensor:
-    """A jax array as a new contiguous CPU tensor (one copy)."""
-    a = np.array(arr, copy=True)
-    if not a.flags.writeable:
-        a = a.copy()
-    return runtime.numpy_to_torch(a, dtype)
-
-
-# ---------------------------------------------------------------- views (traced)
-def view_spec(t: torch.Tensor):
-    """Static description of how `t` sits in its storage's cell."""
-    return (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
-
-
-def view_flags(t: torch.Tensor) -> int:
-    """The lazy conjugate (1) and negative (2) bits of a view: its logical values are
-    conj(stored) / -stored.  Ops the Conjugate/Negative fallbacks pass through
-    (copy_, clone, mul, add, mm, ...) reach the kernels with these bits set."""
-    return (1 if t.is_conj() else 0) | (2 if t.is_neg() else 0)
-
-
-def apply_flags(v, flags: int):
-    """Logical values from stored ones (and, the maps being involutions, back)."""
-    if flags & 1:
-        v = jnp.conj(v)
-    if flags & 2:
-        v = -v
-    return v
-
-
-def _complex_part(dt):
-    return {jnp.dtype(jnp.complex64): jnp.dtype(jnp.float32),
-            jnp.dtype(jnp.complex128): jnp.dtype(jnp.float64)}.get(jnp.dtype(dt))
-
-
-def _to_bytes(flat):
-    dt = flat.dtype
-    if dt == jnp.bool_:
-        return flat.astype(jnp.uint8)
-    part = _complex_part(dt)
-    if part is not None:
-        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
-        dt = part
-    if jnp.dtype(dt).itemsize == 1:
-        return lax.bitcast_convert_type(flat, jnp.uint8) if dt != jnp.uint8 else flat
-    return lax.bitcast_convert_type(flat, jnp.uint8).reshape(-1)
-
-
-def _from_bytes(b, dt):
-    dt = jnp.dtype(dt)
-    if dt == jnp.bool_:
-        return b.astype(jnp.bool_)
-    part = _complex_part(dt)
-    if part is not None:
-        f = _from_bytes(b, part).reshape(-1, 2)
-        return lax.complex(f[:, 0], f[:, 1])
-    if dt.itemsize == 1:
-        return lax.bitcast_convert_type(b, dt) if dt != jnp.uint8 else b
-    n = b.shape[0] // dt.itemsize
-    return lax.bitcast_convert_type(b[: n * dt.itemsize].reshape(n, dt.itemsize), dt)
-
-
-def reinterpret(flat, dt):
-    """The flat array's bytes as elements of dtype `dt` (view(dtype), view_as_real...)."""
-    dt = jnp.dtype(dt)
-    src = flat.dtype
-    if src == dt:
-        return flat
-    if (src.itemsize == dt.itemsize and src != jnp.bool_ and dt != jnp.bool_
-            and _complex_part(src) is None and _complex_part(dt) is None):
-        return lax.bitcast_convert_type(flat, dt)
-    if _complex_part(src) == dt:
-        return jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
-    if _complex_part(dt) == src:
-        f = flat.reshape(-1, 2)
-        return lax.complex(f[:, 0], f[:, 1])
-    return _from_bytes(_to_bytes(flat), dt)
-
-
-def _perm_plan(shape, strides):
-    """If the view is a permutation of a dense block, the permutation; else None."""
-    nd = len(shape)
-    order = sorted(range(nd), key=lambda d: (shape[d] == 1, -strides[d]))
-    acc = 1
-    for d in reversed(order):
-        if shape[d] == 1:
-            continue
-        if strides[d] != acc:
-            return None
-        acc *= shape[d]
-    return order
-
-
-def _block_plan(shape, strides):
-    """A strided-slice plan for non-overlapping views whose strides divide each other.
-
-    Returns (order, base_shape, limits, block_len) or None.
-    """
-    dims = [d for d in range(len(shape)) if shape[d] != 1]
-    if not dims or any(strides[d] <= 0 for d in dims):
-        return None
-    order = sorted(dims, key=lambda d: -strides[d])
-    st = [strides[d] for d in order]
-    sz = [shape[d] for d in order]
-    for i in range(1, len(order)):
-        if st[i - 1] % st[i] or st[i] * sz[i] > st[i - 1]:
-            return None
-    base = [sz[0]] + [st[i - 1] // st[i] for i in range(1, len(order))] + [st[-1]]
-    limits = sz + [1]
-    return order, tuple(base), tuple(limits), sz[0] * st[0]
-
-
-def _index_array(shape, strides, offset):
-    idx = jnp.zeros(shape, dtype=jnp.int64) + offset
-    for d, (s, st) in enumerate(zip(shape, strides)):
-        if s != 1 and st != 0:
-            idx = idx + lax.broadcasted_iota(jnp.int64, shape, d) * st
-    return idx
-
-
-def _static(offset) -> bool:
-    return isinstance(offset, int)
-
-
-def _slice1(flat, offset, size):
-    """flat[offset:offset+size] for a static or traced offset."""
-    if _static(offset):
-        if offset == 0 and size == flat.shape[0]:
-            return flat
-        return lax.slice(flat, (offset,), (offset + size,))
-    return lax.dynamic_slice(flat, (offset,), (size,))
-
-
-def read_view(flat, spec):
-    """Trace: the values of the view `spec` over the flat cell array `flat`.
-
-    spec = (dtype, shape, strides, offset); offset may be a traced integer, so
-    one executable serves a view at any position (x[i] in a loop, batches
-    sliced out of a device tensor)."""
-    dtype, shape, strides, offset = spec
-    jd = jdtype(dtype)
-    if flat.dtype != jd:
-        flat = reinterpret(flat, jd)
-    numel = math.prod(shape)
-    if numel == 0:
-        return jnp.zeros(shape, jd)
-    # broadcast (stride-0) dims: read one slice, then broadcast
-    if any(st == 0 and s != 1 for s, st in zip(shape, strides)):
-        sub_shape = tuple(1 if st == 0 else s for s, st in zip(shape, strides))
-        sub = read_view(flat, (dtype, sub_shape, strides, offset))
-        return jnp.broadcast_to(sub, shape)
-    order = _perm_plan(shape, strides)
-    if order is not None:
-        block = _slice1(flat, offset, numel).reshape([shape[d] for d in order])
-        if order != sorted(order):
-            inv = [order.index(d) for d in range(len(shape))]
-            block = jnp.transpose(block, inv)
-        return block
-    plan = _block_plan(shape, strides)
-    if plan is not None:
-        order, base, limits, blen = plan
-        # the view's elements lie in [offset, offset + extent); the block read
-        # spans blen >= extent elements, so pad the tail by the difference
-        extent = 1 + sum((shape[d] - 1) * strides[d] for d in order)
-        seg = flat
-        pad = blen - extent
-        if _static(offset):
-            pad = max(0, offset + blen - flat.shape[0])
-        if pad > 0:
-            seg = jnp.pad(flat, (0, pad))
-        seg = _slice1(seg, offset, blen).reshape(base)
-        seg = lax.slice(seg, (0,) * len(base), limits).reshape([shape[d] for d in order])
-        perm = [order.index(d) for d in sorted(order)]
-        out = jnp.transpose(seg, perm) if perm != list(range(len(perm))) else seg
-        return out.reshape(shape)
-    return flat[_index_array(shape, strides, offset)]
-
-
-def write_view(flat, spec, values):
-    """Trace: the flat cell array with the view `spec` overwritten by `values`."""
-    dtype, shape, strides, offset = spec
-    jd = jdtype(dtype)
-    cell_dt = flat.dtype
-    view_flat = flat if cell_dt == jd else reinterpret(flat, jd)
-    values = jnp.broadcast_to(values.astype(jd), shape)
-    numel = math.prod(shape)
-    if numel == 0:
-        return flat
-    order = _perm_plan(shape, strides)
-    if order is not None:
-        if order != sorted(order):
-            values = jnp.transpose(values, order)
-        vflat = values.reshape(-1)
-        if _static(offset) and offset == 0 and numel == view_flat.shape[0]:
-            new = vflat
-        else:
-            new = lax.dynamic_update_slice(view_flat, vflat, (offset,))
-    else:
-        idx = _index_array(shape, strides, offset)
-        new = view_flat.at[idx.reshape(-1)].set(values.reshape(-1))
-    if cell_dt != jd:
-        new = reinterpret(new, cell_dt)
-    return new

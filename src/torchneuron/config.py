@@ -1,0 +1,124 @@
+"""Every ``TORCHNEURON_*`` environment knob, in one table, read in one place.
+
+Each knob is read with :func:`get` where its value is used, and when: knobs read
+at import (the fallback policy, cache sizes) are fixed for the process, the
+others (the memory limit per device, donation, dump folder) are read at their
+first use.  README's table of environment variables is this table
+(tests/test_config.py keeps them equal); ``torchneuron config`` prints the values
+in effect.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: str | None
+    kind: str  # "str" | "int" | "float" | "bool" | "choice" | "path"
+    doc: str
+    choices: tuple = ()
+    internal: bool = False  # set by torchneuron's own tools, not by users
+
+
+_OFF = ("0", "false", "no", "off")
+
+KNOBS = {k.name: k for k in [
+    Knob("TORCHNEURON_PLATFORM", "", "str",
+         "PJRT platform behind `neuron` (`cpu`, `cuda`, ...). Default: a GPU platform if jax "
+         "has one, else `cpu`. `neuron:N` is that platform's device N."),
+    Knob("TORCHNEURON_FALLBACK", "warn", "choice",
+         "`warn` (default: warn once per op), `silent`, or `error` (raise instead of running "
+         "an op on the CPU). `torchneuron.fallback_policy(\"error\")` does the same in a "
+         "`with` block.", choices=("warn", "silent", "error")),
+    Knob("TORCHNEURON_MEMORY_LIMIT", None, "str",
+         "cap on device bytes held by tensors (`512MiB`, `2GiB`, ...); past it, allocations "
+         "raise `torch.OutOfMemoryError`. Also `torch.neuron.set_per_process_memory_fraction` "
+         "/ `torch.neuron.set_memory_limit`."),
+    Knob("TORCHNEURON_EXECUTABLE_CACHE", "8192", "int",
+         "executables kept per op in eager mode (default 8192)."),
+    Knob("TORCHNEURON_MAPS_FRACTION", "0.5", "float",
+         "past this fraction (default 0.5) of Linux's `vm.max_map_count`, every cached XLA "
+         "executable is released (eager ops recompile when next used); without `/proc`, "
+         "`TORCHNEURON_MAX_LIVE_EXECUTABLES` (4096) compiles trigger it. Keeps long "
+         "processes from crashing inside the XLA compiler."),
+    Knob("TORCHNEURON_MAX_LIVE_EXECUTABLES", "4096", "int",
+         "without `/proc`: release the cached XLA executables every this many compiles."),
+    Knob("TORCHNEURON_INDEX_CHECKS", "1", "bool",
+         "`1` (default): advanced indexing checks index bounds like CPU/CUDA (one host read "
+         "per indexing op); `0` skips the check (faster; out-of-range gathers then read NaN "
+         "or the minimum integer and out-of-range scatters are dropped)."),
+    Knob("TORCHNEURON_SDPA", "fused", "choice",
+         "`math` runs `scaled_dot_product_attention` as PyTorch's math decomposition instead "
+         "of the fused executable (needed for forward-mode AD through attention).",
+         choices=("fused", "math")),
+    Knob("TORCHNEURON_NATIVE", "1", "bool",
+         "`1` (default): register the small C++ hooks library (pinned host memory; compiled "
+         "once per torch build with the system C++ compiler, `CXX` to choose one); `0`: "
+         "Python hooks only, pinning through Python kernels (docs/limitations.md)."),
+    Knob("TORCHNEURON_CACHE_DIR", None, "path",
+         "where the compiled hooks library is kept (default `~/.cache/torchneuron`)."),
+    Knob("TORCHNEURON_DUMP_DIR", "", "path",
+         "torch.compile: every compiled graph's StableHLO and a summary are written here "
+         "(docs/compile.md)."),
+    Knob("TORCHNEURON_COMPILE_CACHE_DIR", None, "path",
+         "torch.compile: the persistent XLA compilation cache (default "
+         "`$XDG_CACHE_HOME/torchneuron/xla`; `off` disables it)."),
+    Knob("TORCHNEURON_COMPILE_CACHE_MIN_SECS", "0", "float",
+         "torch.compile: only executables that took at least this long to compile are "
+         "written to the persistent cache."),
+    Knob("TORCHNEURON_COMPILE_CACHE_SIZE", "16", "int",
+         "torch.compile: XLA executables kept per graph (one per input signature)."),
+    Knob("TORCHNEURON_COMPILE_DONATE", "1", "bool",
+         "torch.compile: `0` turns off buffer donation for mutated inputs."),
+    Knob("TORCHNEURON_CONFORMANCE_ROOT", None, "path",
+         "set by `torchneuron conformance --snapshot`: the checkout reports are written to.",
+         internal=True),
+    Knob("TORCHNEURON_CONFORMANCE_SNAPSHOT", None, "str",
+         "set by `torchneuron conformance --snapshot`: the commit being swept.", internal=True),
+]}
+
+
+def raw(name: str) -> str | None:
+    """The environment's text for a knob (None when unset)."""
+    if name not in KNOBS:
+        raise KeyError(f"torchneuron: unknown configuration knob {name}")
+    return os.environ.get(name)
+
+
+def get(name: str):
+    """A knob's value, parsed: the environment's, else the default."""
+    knob = KNOBS[name]
+    text = os.environ.get(name)
+    if text is None:
+        text = knob.default
+    if text is None:
+        return None
+    if knob.kind == "int":
+        return int(text)
+    if knob.kind == "float":
+        return float(text)
+    if knob.kind == "bool":
+        return text.strip().lower() not in _OFF
+    if knob.kind == "choice":
+        v = text.strip().lower()
+        if v not in knob.choices:
+            warnings.warn(f"{name}={text!r} is not one of {knob.choices}; using "
+                          f"{knob.default!r}", stacklevel=2)
+            return knob.default
+        return v
+    return text
+
+
+def markdown_rows() -> list:
+    """README's table rows, one per user knob."""
+    return [f"| `{k.name}` | {k.doc} |" for k in KNOBS.values() if not k.internal]
+
+
+def describe() -> list:
+    """[(name, value in effect, set in the environment?, doc)] for every user knob."""
+    return [(k.name, get(k.name), k.name in os.environ, k.doc)
+            for k in KNOBS.values() if not k.internal]

@@ -1,0 +1,19 @@
+"""Device memory: the cell behind each storage, views over it, host transfer.
+
+- ``cells``: fake addresses, the ``Cell`` (one flat jax array per storage),
+  per-device accounting, and the tensors over cells;
+- ``views``: how a (dtype, shape, strides, offset) view reads and writes its cell,
+  traced inside executables;
+- ``transfer``: host <-> device copies, a tensor's values as a jax array, the cached
+  device scalars for Python numbers.
+"""
+from __future__ import annotations
+
+from .cells import (CPU_KEYS, Cell, cell_at, cell_of, check_room, contiguous_strides,  # noqa: F401
+                    empty, empty_shell, fmt_bytes, from_array, live_cells, make_tensor,
+                    new_shell, new_storage, parse_bytes, raw_storage, retype, set_metadata,
+                    stats, storage_numel, torch_device, zeros_flat)
+from .transfer import (dyn_scalar, host_storage_to_device, materialize, to_cpu_tensor,  # noqa: F401
+                       to_device_array, to_host, to_neuron, typed_scalar)
+from .views import (apply_flags, perm_plan, read_view, reinterpret, view_flags,  # noqa: F401
+                    view_spec, write_view)

@@ -1,0 +1,113 @@
+"""Moving values between the host and the device: CPU tensors to cells and back,
+a tensor's values as a jax array, and the cached device scalars that carry Python
+numbers into executables."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from .. import runtime
+from .cells import cell_of, check_room, contiguous_strides, make_tensor
+from .views import apply_flags, read_view, view_flags, view_spec
+
+
+def to_device_array(cpu: torch.Tensor, index: int):
+    """Copy a CPU tensor's values (any layout) to the device as a jax array of its shape."""
+    if cpu.dtype == torch.bool or cpu.dtype in runtime._HOST_VIA or not cpu.is_contiguous():
+        cpu = cpu.contiguous()
+    a = runtime.torch_to_numpy(cpu.resolve_conj().resolve_neg())
+    return jax.device_put(a, runtime.jax_device(index), may_alias=False)
+
+
+def to_host(arr, dtype: torch.dtype) -> torch.Tensor:
+    """A jax array as a new contiguous CPU tensor (one copy)."""
+    a = np.array(arr, copy=True)
+    if not a.flags.writeable:
+        a = a.copy()
+    return runtime.numpy_to_torch(a, dtype)
+
+
+
+
+# ---------------------------------------------------------------- a tensor's values
+_read_fns: dict = {}
+
+
+def materialize(t: torch.Tensor):
+    """The tensor's values as a jax array of its shape (on the device)."""
+    cell = cell_of(t)
+    arr = cell.arr
+    dtype, shape, strides, off = view_spec(t)
+    flags = view_flags(t)
+    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], flags)
+    f = _read_fns.get(key)
+    if f is None:
+        if off:
+            f = jax.jit(lambda a, o: apply_flags(
+                read_view(a, (dtype, shape, strides, o)), flags))
+        else:
+            f = jax.jit(lambda a: apply_flags(
+                read_view(a, (dtype, shape, strides, 0)), flags))
+        _read_fns[key] = f
+    if off:
+        return f(arr, dyn_scalar(off, cell.index))
+    return f(arr)
+
+
+def to_cpu_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A new contiguous CPU tensor with t's values."""
+    if t.numel() == 0:
+        return torch.empty(tuple(t.shape), dtype=t.dtype)
+    arr = materialize(t)
+    return to_host(arr, t.dtype).reshape(tuple(t.shape))
+
+
+# ---------------------------------------------------------------- dynamic scalars
+_scalar_cache: dict = {}
+_SCALAR_CACHE_MAX = 4096
+
+
+def dyn_scalar(v, index: int):
+    """A weakly typed device scalar for a Python number (cached per value)."""
+    key = (type(v), v, index)
+    a = _scalar_cache.get(key)
+    if a is None:
+        if len(_scalar_cache) > _SCALAR_CACHE_MAX:
+            _scalar_cache.clear()
+        a = jax.device_put(jnp.asarray(v), runtime.jax_device(index))
+        _scalar_cache[key] = a
+    return a
+
+
+def typed_scalar(t: torch.Tensor, index: int):
+    """A device 0-d array for a CPU 0-d tensor (strongly typed, like a tensor)."""
+    v = t.item()
+    key = (t.dtype, v, index, "t")
+    a = _scalar_cache.get(key)
+    if a is None:
+        if len(_scalar_cache) > _SCALAR_CACHE_MAX:
+            _scalar_cache.clear()
+        a = jax.device_put(np.asarray(v, dtype=runtime.jdtype(t.dtype)), runtime.jax_device(index))
+        _scalar_cache[key] = a
+    return a
+
+
+# ---------------------------------------------------------------- CPU tensors to the device
+def host_storage_to_device(cv: torch.Tensor, index: int) -> torch.Tensor:
+    st = cv.untyped_storage()
+    raw = torch.empty(0, dtype=cv.dtype)
+    n = st.nbytes() // cv.dtype.itemsize
+    raw.set_(st, 0, (n,), (1,))
+    arr = to_device_array(raw, index)
+    return make_tensor(arr, cv.dtype, (n,), (1,), 0, index, st.nbytes())
+
+
+def to_neuron(cpu: torch.Tensor, index: int) -> torch.Tensor:
+    """A CPU tensor's values as a new neuron tensor with the same shape (contiguous)."""
+    nbytes = cpu.numel() * cpu.element_size()
+    check_room(index, nbytes)
+    arr = to_device_array(cpu, index)
+    return make_tensor(arr.reshape(-1), cpu.dtype, tuple(cpu.shape),
+                               contiguous_strides(cpu.shape), 0, index, nbytes)
