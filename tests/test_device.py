@@ -240,7 +240,7 @@ def test_fallback_policy_and_stats():
         with pytest.raises(NotImplementedError, match="has no native lowering"):
             plus_one(x)
     with pytest.warns(UserWarning, match="no native lowering"):
-        import torchneuron.dispatch as d
-        d._warned.clear()
+        from torchneuron.dispatch import fallback
+        fallback._warned.clear()
         with torchneuron.fallback_policy("warn"):
             plus_one(x)

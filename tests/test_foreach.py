@@ -238,14 +238,14 @@ def test_one_executable_per_call():
     ys = to_dev([torch.randn(7, i + 1) for i in range(12)])
     with native_only():
         torch._foreach_add_(xs, ys, alpha=0.1)  # build
-        before = sum(dispatch._cache_hits.values()) + sum(dispatch._cache_misses.values())
+        before = sum(dispatch.cache_hits.values()) + sum(dispatch.cache_misses.values())
         torch._foreach_add_(xs, ys, alpha=0.2)  # a new alpha must not recompile
         torch._foreach_mul_(xs, [float(i) for i in range(12)])
         torch._foreach_mul_(xs, [float(i) + 1 for i in range(12)])
-        after = sum(dispatch._cache_hits.values()) + sum(dispatch._cache_misses.values())
-        misses = dispatch._cache_misses["aten::_foreach_add_.List"]
+        after = sum(dispatch.cache_hits.values()) + sum(dispatch.cache_misses.values())
+        misses = dispatch.cache_misses["aten::_foreach_add_.List"]
         torch._foreach_add_(xs, ys, alpha=0.3)
-        assert dispatch._cache_misses["aten::_foreach_add_.List"] == misses
+        assert dispatch.cache_misses["aten::_foreach_add_.List"] == misses
     assert after - before == 3  # one executable call per foreach call
 
 

@@ -112,15 +112,16 @@ def test_backward_through_a_broken_graph(backend):
 
 
 def test_runtime_code_is_marked_and_user_models_are_not():
-    import torchneuron.dispatch as dispatch
     import torchneuron.models.gpt as gpt
+    from torchneuron.dispatch import entry, fallback
 
-    codes = {id(c) for c in dynamo_skip.runtime_codes(dispatch)}
-    assert id(dispatch.Entry.__call__.__code__) in codes
-    assert id(dispatch._boxed_fallback.__code__) in codes
+    assert id(entry.Entry.__call__.__code__) in {id(c) for c in dynamo_skip.runtime_codes(entry)}
+    assert id(fallback._boxed_fallback.__code__) in {
+        id(c) for c in dynamo_skip.runtime_codes(fallback)}
     dynamo_skip.skip_loaded_modules()
     assert not dynamo_skip.is_skipped(gpt.GPT.forward.__code__)
-    assert dynamo_skip.is_skipped(dispatch.Entry.__call__.__code__)
+    assert dynamo_skip.is_skipped(entry.Entry.__call__.__code__)
+    assert dynamo_skip.is_skipped(fallback._boxed_fallback.__code__)
     # a model of ours that users compile is still compiled: one graph, not skipped
     from torchneuron import compile as tnc
 

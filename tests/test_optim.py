@@ -135,9 +135,9 @@ def test_foreach_is_default_and_one_call_per_line():
             o.zero_grad()
             m(x).sum().backward()
             o.step()
-        hits0 = dict(dispatch._cache_hits)
+        hits0 = dict(dispatch.cache_hits)
         o.step()
-    calls = {k: v - hits0.get(k, 0) for k, v in dispatch._cache_hits.items() if v != hits0.get(k, 0)}
+    calls = {k: v - hits0.get(k, 0) for k, v in dispatch.cache_hits.items() if v != hits0.get(k, 0)}
     assert any(k.startswith("aten::_foreach_") for k in calls), calls
     assert sum(calls.values()) <= 12, calls  # one call per line of the optimizer, not per parameter
 
@@ -153,10 +153,10 @@ def test_lr_change_does_not_recompile():
             F.mse_loss(m_dev(xd), yd).backward()
             o.step()
             if step == 1:
-                misses = sum(dispatch._cache_misses.values())
+                misses = sum(dispatch.cache_misses.values())
             for g in o.param_groups:
                 g["lr"] *= 0.5
-    assert sum(dispatch._cache_misses.values()) == misses
+    assert sum(dispatch.cache_misses.values()) == misses
 
 
 # ---------------------------------------------------------------- GradScaler

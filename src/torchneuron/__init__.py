@@ -15,7 +15,10 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    import torch
+    import torch  # when torch is not imported yet, its autoload registers us right here
+
+    if _registered:
+        return
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     from . import device, dispatch, runtime  # noqa: F401  (runtime turns on x64)
@@ -42,8 +45,7 @@ def _register() -> None:
     from .ops import memory
 
     memory.register()
-    dispatch.register_lowerings()
-    dispatch.install_fallback()
+    dispatch.install()
     from . import amp
 
     amp.register()

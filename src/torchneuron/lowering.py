@@ -1,21 +1,28 @@
-"""The lowering table: aten overload -> jax function.
+"""The lowering API: aten overload -> jax function, with its eager extras.
 
-One table serves eager dispatch (``dispatch.py``) and ``torch.compile``
-(``compile/``).  A lowering is a plain function over jax values that mirrors
-the aten schema: tensors arrive as jax arrays, ``Scalar`` arguments as jax
-0-d values (weakly typed, so they promote like PyTorch's wrapped numbers),
-everything else (ints, int lists, dtypes, bools, strings) as Python values.
-It returns jax arrays in the schema's return structure.  The caller casts
-every result to the dtype PyTorch's own meta kernel computed, so a lowering
-only has to get the values right; it may read the expected outputs with
-:func:`out_meta` / :func:`out_dtype` when it needs them to pick a compute type.
+One table (``LOWERINGS``) serves eager dispatch and ``torch.compile``.  A lowering
+is a plain function over jax values that mirrors the aten schema: tensors arrive
+as jax arrays, ``Scalar`` arguments as jax 0-d values (weakly typed, so they
+promote like PyTorch's wrapped numbers), everything else (ints, int lists, dtypes,
+bools, strings) as Python values.  It returns jax arrays in the schema's return
+structure.  The caller casts every result to the dtype PyTorch's own meta kernel
+computed, so a lowering only has to get the values right; it may read the
+expected outputs with :func:`out_meta` / :func:`out_dtype`.
 
-Registering a lowering for a functional overload (``add.Tensor``) also makes
-its in-place (``add_.Tensor``) and ``out=`` (``add.out``) variants native.
+A lowering declares next to itself what eager execution needs besides it (as
+JAX's ``lax.py`` keeps a primitive's shape rule next to its lowering): an argument
+normaliser, a check (which may read device values with :func:`read_back`), index
+bounds, a meta kernel.  Declaring is all that happens at import: nothing is
+registered with PyTorch until ``dispatch.install()`` builds every kernel in one
+place, and a second declaration for the same overload raises, naming both places.
+
+Lowering a functional overload (``add.Tensor``) also makes its in-place
+(``add_.Tensor``) and ``out=`` (``add.out``) variants native.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 
 import jax
@@ -27,17 +34,73 @@ aten = torch.ops.aten
 
 
 class Lowering:
-    __slots__ = ("op", "fn", "static", "random", "name")
+    """An overload's lowering and its eager extras.
 
-    def __init__(self, op, fn, static=(), random=False):
+    static: names of Scalar arguments that are compile-time constants.
+    random: draws random numbers with :func:`rng_key`.
+    normalize(*args, **kwargs) -> (args, kwargs): rewrites the arguments before the
+      executable is chosen (eager only).
+    check(*args, **kwargs): raises PyTorch's error for arguments the meta kernel
+      accepts (eager only; may call :func:`read_back`).
+    bounds(arg) -> [(index tensor, lo, hi, make_error)]: index arguments checked
+      against [lo, hi) with one host read (``TORCHNEURON_INDEX_CHECKS``); `arg(name)`
+      gives an argument by schema name; PyTorch's own (meta) errors come first.
+    compile_only: used inside compiled and decomposed graphs only (views and
+      allocations, whose eager kernels are PyTorch's own or storage's).
+    """
+
+    __slots__ = ("op", "fn", "static", "random", "name", "normalize", "check", "bounds",
+                 "compile_only", "where", "family")
+
+    def __init__(self, op, fn, static=(), random=False, normalize=None, check=None,
+                 bounds=None, compile_only=False, where=None, family=None):
         self.op = op
         self.fn = fn
         self.static = frozenset(static)
         self.random = random
         self.name = op.name()
+        self.normalize = normalize
+        self.check = check
+        self.bounds = bounds
+        self.compile_only = compile_only
+        self.where = where
+        self.family = family
+
+    @property
+    def has_extras(self) -> bool:
+        return (self.normalize is not None or self.check is not None
+                or self.bounds is not None)
 
 
 LOWERINGS: dict = {}
+METAS: dict = {}  # "aten::name" -> Meta declarations (dispatch.install registers them)
+
+
+class Meta:
+    __slots__ = ("qualname", "fn", "replace", "where")
+
+    def __init__(self, qualname, fn, replace, where):
+        self.qualname = qualname
+        self.fn = fn
+        self.replace = replace
+        self.where = where
+
+
+def where_of(fn) -> str:
+    """file:line of a function's definition (for duplicate-registration errors)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return repr(fn)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.relpath(code.co_filename, root) if code.co_filename.startswith(root) \
+        else code.co_filename
+    return f"{path}:{code.co_firstlineno}"
+
+
+def family_of(fn) -> str:
+    """The op family a function belongs to: its module's name under ops/ or kernels/."""
+    mod = getattr(fn, "__module__", "") or ""
+    return mod.rsplit(".", 1)[-1]
 
 
 def resolve(name):
@@ -55,51 +118,56 @@ def resolve(name):
     return getattr(packet, overload or "default")
 
 
-_meta_lib = None
+class DuplicateRegistration(RuntimeError):
+    pass
 
 
 def meta_kernel(name: str, fn, replace: bool = False) -> None:
-    """Register fn as the Meta kernel of aten::name (an overload name such as
-    "foo" or "foo.out").  The executable builder asks PyTorch's meta kernel for result
-    shapes and dtypes; some ops (CUDA-only ones, data-dependent ones) have none, a few
-    have a broken one (`replace=True` overrides it for the whole process)."""
-    global _meta_lib
-    import warnings
-
+    """Declare fn as the Meta kernel of aten::name (an overload name such as "foo" or
+    "foo.out").  The executable builder asks PyTorch's meta kernel for result shapes
+    and dtypes; some ops (CUDA-only ones, data-dependent ones) have none, a few have a
+    broken one (`replace=True` overrides it for the whole process)."""
     qual = name if "::" in name else f"aten::{name}"
-    if not replace and torch._C._dispatch_has_kernel_for_dispatch_key(qual, "Meta"):
-        return
-    if _meta_lib is None:
-        _meta_lib = torch.library.Library("aten", "IMPL")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-        _meta_lib.impl(qual.split("::", 1)[1], fn, "Meta", allow_override=True)
+    where = where_of(fn)
+    old = METAS.get(qual)
+    if old is not None:
+        raise DuplicateRegistration(f"torchneuron: two meta kernels for {qual}: {old.where} "
+                                    f"and {where}")
+    METAS[qual] = Meta(qual, fn, replace, where)
 
 
-def lower(*names, static=(), random=False, probe=False):
-    """Decorator: register `fn` as the lowering of each named aten overload.
+def lower(*names, static=(), random=False, probe=False, normalize=None, check=None,
+          bounds=None, meta=None, compile_only=False):
+    """Decorator: declare `fn` as the lowering of each named aten overload.
 
-    static: names of Scalar arguments that must be compile-time constants
-      (they decide an output shape or a cheaper algorithm).
-    random: the lowering draws random numbers with :func:`rng_key`.
     probe: check the argument dtypes against PyTorch's CPU kernel at trace time
       (probe.py), for ops whose meta kernel accepts dtypes the kernels reject.
+    meta: a meta kernel for each named overload (see :func:`meta_kernel`).
+    The other options are the :class:`Lowering` extras.
     """
 
     def deco(fn):
+        where = where_of(fn)
         for n in names:
             try:
                 op = resolve(n)
             except AttributeError:
                 continue  # overload absent in this torch version
-            if composite_only(op):
+            if not compile_only and composite_only(op):
                 continue
             f = fn
             if probe:
                 from .probe import probed
 
                 f = probed(op, fn)
-            LOWERINGS[op] = Lowering(op, f, static, random)
+            old = LOWERINGS.get(op)
+            if old is not None:
+                raise DuplicateRegistration(f"torchneuron: {op} is lowered twice: {old.where} "
+                                            f"and {where}")
+            LOWERINGS[op] = Lowering(op, f, static, random, normalize, check, bounds,
+                                     compile_only, where, family_of(fn))
+            if meta is not None:
+                meta_kernel(op.name().split("::", 1)[1].removesuffix(".default"), meta)
         return fn
 
     return deco
@@ -116,6 +184,14 @@ def composite_only(op) -> bool:
 
 def get(op):
     return LOWERINGS.get(op)
+
+
+def read_back(fn, *tensors):
+    """For checks: jax function `fn` evaluated on the values of device tensors, as numpy
+    (one cached executable per signature, one host read)."""
+    from . import storage
+
+    return storage.read_back(fn, *tensors)
 
 
 # ---------------------------------------------------------------- trace context

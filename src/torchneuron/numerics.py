@@ -188,3 +188,53 @@ def convert(x, dt):
     if jnp.issubdtype(src, jnp.integer) and dt in (_F16, _BF16):
         return x.astype(jnp.float32).astype(dt)
     return x.astype(dt)
+
+
+# ---------------------------------------------------------------- bits
+def _complex_part(dt):
+    return {jnp.dtype(jnp.complex64): jnp.dtype(jnp.float32),
+            jnp.dtype(jnp.complex128): jnp.dtype(jnp.float64)}.get(jnp.dtype(dt))
+
+
+def _to_bytes(flat):
+    dt = flat.dtype
+    if dt == jnp.bool_:
+        return flat.astype(jnp.uint8)
+    part = _complex_part(dt)
+    if part is not None:
+        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+        dt = part
+    if jnp.dtype(dt).itemsize == 1:
+        return lax.bitcast_convert_type(flat, jnp.uint8) if dt != jnp.uint8 else flat
+    return lax.bitcast_convert_type(flat, jnp.uint8).reshape(-1)
+
+
+def _from_bytes(b, dt):
+    dt = jnp.dtype(dt)
+    if dt == jnp.bool_:
+        return b.astype(jnp.bool_)
+    part = _complex_part(dt)
+    if part is not None:
+        f = _from_bytes(b, part).reshape(-1, 2)
+        return lax.complex(f[:, 0], f[:, 1])
+    if dt.itemsize == 1:
+        return lax.bitcast_convert_type(b, dt) if dt != jnp.uint8 else b
+    n = b.shape[0] // dt.itemsize
+    return lax.bitcast_convert_type(b[: n * dt.itemsize].reshape(n, dt.itemsize), dt)
+
+
+def reinterpret(flat, dt):
+    """The flat array's bytes as elements of dtype `dt` (view(dtype), view_as_real...)."""
+    dt = jnp.dtype(dt)
+    src = flat.dtype
+    if src == dt:
+        return flat
+    if (src.itemsize == dt.itemsize and src != jnp.bool_ and dt != jnp.bool_
+            and _complex_part(src) is None and _complex_part(dt) is None):
+        return lax.bitcast_convert_type(flat, dt)
+    if _complex_part(src) == dt:
+        return jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+    if _complex_part(dt) == src:
+        f = flat.reshape(-1, 2)
+        return lax.complex(f[:, 0], f[:, 1])
+    return _from_bytes(_to_bytes(flat), dt)

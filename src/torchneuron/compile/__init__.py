@@ -13,13 +13,13 @@ def stats() -> dict:
     """Counters of the neuron compile backend: graphs, XLA compilations, recompilations,
     in-memory cache hits, compile time, split graphs and the ops they ran eagerly,
     executables loaded from the persistent cache."""
-    from .graph import STATS
+    from .counters import STATS
 
     return STATS.as_dict()
 
 
 def reset_stats() -> None:
-    from .graph import STATS
+    from .counters import STATS
 
     STATS.reset()
 

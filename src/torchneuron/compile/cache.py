@@ -68,7 +68,7 @@ def setup():
 
 def _on_event(event, **kwargs):
     if event == "/jax/compilation_cache/cache_hits" and _compiling_depth[0]:
-        from .graph import STATS
+        from .counters import STATS
 
         STATS.disk_cache_hits += 1
 

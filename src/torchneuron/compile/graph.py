@@ -3,7 +3,7 @@ concrete input signature.
 
 AOTAutograd hands us functional aten graphs (forward, backward or inference).
 At the first call with a given input signature (shapes, strides, dtypes,
-storage sharing, Python scalars) the graph is traced with ``fx_jax.run_graph``
+storage sharing, Python scalars) the graph is traced with ``interpret.run_graph``
 between view reads of the inputs' cells and view writes of mutated inputs,
 lowered to StableHLO and compiled once.  A call then walks the arguments,
 calls the executable on the cells' flat jax arrays, stores mutated inputs'
@@ -23,15 +23,18 @@ import operator
 import sys
 import time
 import warnings
+from typing import NamedTuple
 
 import jax
 import numpy as np
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .. import config, dispatch, runtime, storage
-from . import fx_jax
-from .fx_jax import Unlowerable
+from .. import config, dispatch, interpret, runtime, storage
+from ..dispatch.executable import Walk, dense_strides, layout
+from ..interpret import Unlowerable
+from . import cache, dump
+from .counters import STATS
 
 log = logging.getLogger("torchneuron.compile")
 Tensor = torch.Tensor
@@ -40,87 +43,25 @@ aten = torch.ops.aten
 CACHE_SIZE = config.get("TORCHNEURON_COMPILE_CACHE_SIZE")
 
 
-# ---------------------------------------------------------------- statistics
-class _Stats:
-    def __init__(self):
-        self.reset()
-
-    def reset(self):
-        self.graphs = 0            # FX graphs handed to the backend (fw/bw/inference)
-        self.compilations = 0      # XLA executables built
-        self.recompilations = 0    # of which for a new input signature of a known graph
-        self.cache_hits = 0        # calls served by an already built executable
-        self.evictions = 0
-        self.compile_time_s = 0.0  # trace + lower + XLA compile
-        self.split_graphs = 0      # graphs with nodes that run eagerly
-        self.eager_nodes = collections.Counter()  # op -> nodes run eagerly in split graphs
-        self.disk_cache_hits = 0   # executables loaded from the persistent cache
-        self.dynamo_graphs = 0     # graphs Dynamo captured (before AOTAutograd)
-        self.donations_skipped = 0  # calls that could not donate (a buffer shared by storages)
-
-    def as_dict(self):
-        return {
-            "dynamo_graphs": self.dynamo_graphs,
-            "graphs": self.graphs,
-            "compilations": self.compilations,
-            "recompilations": self.recompilations,
-            "cache_hits": self.cache_hits,
-            "evictions": self.evictions,
-            "compile_time_s": round(self.compile_time_s, 4),
-            "split_graphs": self.split_graphs,
-            "eager_nodes": dict(self.eager_nodes),
-            "disk_cache_hits": self.disk_cache_hits,
-            "donations_skipped": self.donations_skipped,
-        }
-
-
-STATS = _Stats()
 
 
 # ---------------------------------------------------------------- argument walk
-_CELL, _DYN, _VAL = 0, 1, 2
+class _GraphWalk(Walk):
+    """dispatch's walk over a graph's flat arguments: neuron tensors become cell slots
+    (the same tokens as eager entries), CPU tensors runtime inputs, the rest key
+    values."""
 
-
-class _Walk:
-    __slots__ = ("cells", "slots", "arrays", "dyn", "offs", "index", "toks")
-
-    def __init__(self):
-        self.cells = []
-        self.slots = {}
-        self.arrays = []
-        self.dyn = []
-        self.offs = []
-        self.index = None
-        self.toks = []
+    __slots__ = ("toks",)
 
 
 def _walk(args):
-    w = _Walk()
-    toks = w.toks
+    w = _GraphWalk()
+    w.toks = toks = []
     for a in args:
         if isinstance(a, Tensor):
-            st = a.untyped_storage()
-            cell = getattr(st, "_tn_cell", None)
-            if cell is None and a.device.type == "neuron":
-                cell = storage.cell_of(a)
+            cell = w.cell_or_none(a)
             if cell is not None:
-                if cell.raw:
-                    storage.retype(cell, a.dtype)
-                if w.index is None:
-                    w.index = cell.index
-                elif cell.index != w.index:
-                    raise dispatch.device_mismatch(f"neuron:{w.index}", a.device)
-                cid = id(cell)
-                slot = w.slots.get(cid)
-                if slot is None:
-                    slot = w.slots[cid] = len(w.cells)
-                    w.cells.append(cell)
-                    w.arrays.append(cell.arr)
-                off = a.storage_offset()
-                if off:
-                    w.offs.append(off)
-                    off = -1
-                toks.append((slot, a.dtype, a.shape, a.stride(), off, cell.dt, cell.numel))
+                toks.append(w.cell_token(a, cell))
             else:  # a CPU tensor (a 0-d step counter, a lifted constant): its values go up
                 w.dyn.append(a)
                 toks.append(("cpu", a.dtype, a.shape))
@@ -228,14 +169,67 @@ def _propagate(gm, args):
 def _out_layout(m):
     """(dtype, shape, strides, nbytes) a new output takes (PyTorch's strides when dense)."""
     shape = tuple(int(s) for s in m.shape)
-    strides = tuple(int(s) for s in m.stride())
-    if storage.perm_plan(shape, strides) is None or any(s < 0 for s in strides):
-        strides = storage.contiguous_strides(shape)
-    return (m.dtype, shape, strides, math.prod(shape) * m.dtype.itemsize, m.device.type == "cpu")
+    strides = dense_strides(shape, tuple(int(s) for s in m.stride()))
+    return Layout(m.dtype, shape, strides, math.prod(shape) * m.dtype.itemsize,
+                  m.device.type == "cpu")
 
 
 # ---------------------------------------------------------------- executables
-_NEW, _INPUT, _VIEW_IN, _VIEW_OUT, _CONST, _DUP = range(6)
+# how each placeholder is read inside the trace
+class CellIn(NamedTuple):
+    slot: int  # input slot of the tensor's cell
+    spec: tuple  # its view (dtype, shape, strides, offset or ("off", k))
+
+
+class HostIn(NamedTuple):
+    array: int  # which host-tensor input array (_dyn_inputs)
+    item: int | None  # the 0-d value's position in a packed array, None: the whole array
+
+
+class ValueIn(NamedTuple):
+    value: object  # a Python value baked into the executable
+
+
+# how each output leaf comes back
+class Layout(NamedTuple):
+    dtype: torch.dtype
+    shape: tuple
+    strides: tuple
+    nbytes: int
+    on_cpu: bool  # a CPU result (copied back: a sync)
+
+
+class NewOut(NamedTuple):
+    index: int | None  # position among the executable's new results (None while planning)
+    layout: Layout | None = None
+
+
+class InputOut(NamedTuple):
+    arg: int  # an input returned as it is
+
+
+class InputViewOut(NamedTuple):
+    arg: int  # a view of input `arg`
+    dtype: torch.dtype
+    shape: tuple
+    strides: tuple
+    offset: int  # relative to the input's own storage offset
+
+
+class OutputViewOut(NamedTuple):
+    leaf: int  # a view of another (new) output: its leaf, later its new-result index
+    dtype: torch.dtype
+    shape: tuple
+    strides: tuple
+    offset: int
+
+
+class ConstOut(NamedTuple):
+    value: object
+
+
+class DupOut(NamedTuple):
+    leaf: int  # the same value as an earlier leaf
 
 
 class _Exe:
@@ -283,7 +277,7 @@ class CompiledGraph:
                                and n.args[0] in pidx})
         self.maybe_random = any(
             n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-            and getattr(fx_jax.find_lowering(n.target), "random", False)
+            and getattr(interpret.find_lowering(n.target), "random", False)
             for n in gm.graph.nodes)
         leaves = []
         self.out_tmpl = _flatten_out(self.output_node.args[0], leaves)
@@ -334,7 +328,7 @@ class CompiledGraph:
         try:
             res = fn(*inputs)
         except Exception as e:  # noqa: BLE001
-            raise dispatch._translate_runtime_error(e, index) from None
+            raise dispatch.translate_runtime_error(e, index) from None
         return self._finish(exe, res, args, w)
 
     def _finish(self, exe, res, args, w):
@@ -351,29 +345,32 @@ class CompiledGraph:
                 with torch.no_grad():
                     t.copy_(storage.to_host(res[base + j], t.dtype).reshape(t.shape))
         index = exe.index
-        new = [storage.make_tensor(res[k], sp[0], sp[1], sp[2], 0, index, sp[3]) if not sp[4]
-               else storage.to_host(res[k], sp[0]).reshape(sp[1])  # a CPU result: a sync
+        new = [storage.make_tensor(res[k], sp.dtype, sp.shape, sp.strides, 0, index, sp.nbytes)
+               if not sp.on_cpu
+               else storage.to_host(res[k], sp.dtype).reshape(sp.shape)  # a CPU result: a sync
                for k, sp in enumerate(specs)]
         values = []
         for p in exe.outs:
-            kind = p[0]
-            if kind == _NEW:
-                values.append(new[p[1]])
-            elif kind == _INPUT:
-                values.append(args[p[1]])
-            elif kind == _CONST:
-                values.append(p[1])
-            elif kind == _DUP:
-                values.append(values[p[1]])
-            elif kind == _VIEW_IN:
-                src = args[p[1]]
-                t = storage.new_shell(index, p[2])
+            kind = type(p)
+            if kind is NewOut:
+                values.append(new[p.index])
+            elif kind is InputOut:
+                values.append(args[p.arg])
+            elif kind is ConstOut:
+                values.append(p.value)
+            elif kind is DupOut:
+                values.append(values[p.leaf])
+            elif kind is InputViewOut:
+                src = args[p.arg]
+                t = storage.new_shell(index, p.dtype)
                 values.append(storage.set_metadata(t, src.untyped_storage(),
-                                                   src.storage_offset() + p[5], p[3], p[4]))
-            else:  # _VIEW_OUT
-                src = new[p[1]]
-                t = storage.new_shell(index, p[2])
-                values.append(storage.set_metadata(t, src.untyped_storage(), p[5], p[3], p[4]))
+                                                   src.storage_offset() + p.offset, p.shape,
+                                                   p.strides))
+            else:  # OutputViewOut
+                src = new[p.leaf]
+                t = storage.new_shell(index, p.dtype)
+                values.append(storage.set_metadata(t, src.untyped_storage(), p.offset, p.shape,
+                                                   p.strides))
         return _unflatten_out(self.out_tmpl, values)
 
     @staticmethod
@@ -411,8 +408,6 @@ class CompiledGraph:
                      self.name, _shapes(args), self.builds)
         log.info("torchneuron.compile: compiled %s: %d ops, %d inputs, %d outputs in %.2fs",
                  exe.name, exe.nops, len(args), len(exe.outs), dt)
-        from . import dump
-
         dump.write(exe, len(args), dt)
         capture = (self.options or {}).get("capture")
         if capture is not None:
@@ -445,16 +440,16 @@ class CompiledGraph:
                 if off == -1:
                     off = ("off", off_k)
                     off_k += 1
-                in_plans.append((_CELL, tok[0], (a.dtype, tuple(a.shape), tuple(a.stride()), off)))
+                in_plans.append(CellIn(tok[0], (a.dtype, tuple(a.shape), tuple(a.stride()), off)))
             elif isinstance(a, Tensor):
-                in_plans.append((_DYN, None))
+                in_plans.append(None)  # a host tensor: placed below
             else:
-                in_plans.append((_VAL, a))
+                in_plans.append(ValueIn(a))
         dyn_plans, ndyn = _dyn_plans(w.dyn)
         dyn_k = 0
         for j, p in enumerate(in_plans):
-            if p[0] == _DYN:
-                in_plans[j] = (_DYN,) + dyn_plans[dyn_k]
+            if p is None:
+                in_plans[j] = HostIn(*dyn_plans[dyn_k])
                 dyn_k += 1
 
         # outputs: inputs returned as they are, views of inputs, or new tensors
@@ -462,20 +457,20 @@ class CompiledGraph:
         write_plans = []
         cpu_writes = []
         for i in self.mutated:
-            if in_plans[i][0] == _CELL:
+            if type(in_plans[i]) is CellIn:
                 write_plans.append(i)
             else:
                 cpu_writes.append(i)
         write_slots = []
         for i in write_plans:
-            s = in_plans[i][1]
+            s = in_plans[i].slot
             if s not in write_slots:
                 write_slots.append(s)
 
         trace_info = {}
 
         def spec_of(plan, offs):
-            sp = plan[2]
+            sp = plan.spec
             if isinstance(sp[3], tuple):
                 return (sp[0], sp[1], sp[2], offs[sp[3][1]])
             return sp
@@ -487,15 +482,16 @@ class CompiledGraph:
             rng = inputs[ncells + ndyn + noffs] if has_rng else None
             vals = []
             for p in in_plans:
-                if p[0] == _CELL:
-                    vals.append(storage.read_view(slots[p[1]], spec_of(p, offs)))
-                elif p[0] == _DYN:
-                    vals.append(dyn[p[1]] if p[2] is None else dyn[p[1]][p[2]])
+                kind = type(p)
+                if kind is CellIn:
+                    vals.append(storage.read_view(slots[p.slot], spec_of(p, offs)))
+                elif kind is HostIn:
+                    vals.append(dyn[p.array] if p.item is None else dyn[p.array][p.item])
                 else:
-                    vals.append(p[1])
+                    vals.append(p.value)
             muts = {}
             stats = {}
-            outs = fx_jax.run_graph(gm, vals, device=index, rng=rng, metas=metas,
+            outs = interpret.run_graph(gm, vals, device=index, rng=rng, metas=metas,
                                     mutations=muts, stats=stats)
             trace_info.update(stats)
             leaves = []
@@ -504,12 +500,11 @@ class CompiledGraph:
             results = []
             for k in new_nodes:
                 v = leaves[k]
-                sp = out_plans[k][2]
-                results.append(dispatch._layout(v, (sp[0], sp[1], sp[2])))
+                sp = out_plans[k].layout
+                results.append(layout(v, (sp.dtype, sp.shape, sp.strides)))
             for i in write_plans:
                 p = in_plans[i]
-                s = p[1]
-                slots[s] = storage.write_view(slots[s], spec_of(p, offs), muts[i])
+                slots[p.slot] = storage.write_view(slots[p.slot], spec_of(p, offs), muts[i])
             return (tuple(results) + tuple(slots[s] for s in write_slots)
                     + tuple(muts[i] for i in cpu_writes))
 
@@ -521,8 +516,6 @@ class CompiledGraph:
         sharding = jax.sharding.SingleDeviceSharding(device)
         donate = tuple(write_slots) if _donation_enabled(self.options) else ()
         jitted = jax.jit(traced, out_shardings=sharding, donate_argnums=donate)
-        from . import cache
-
         runtime.maybe_release_executables()
         with cache.compiling():
             t0 = time.perf_counter()
@@ -555,27 +548,26 @@ class CompiledGraph:
         specs = []
         new_index = {}
         for k, p in enumerate(out_plans):
-            if p[0] == _NEW:
+            kind = type(p)
+            if kind is NewOut:
                 new_index[k] = len(specs)
-                outs.append((_NEW, len(specs)))
-                specs.append(p[2])
-            elif p[0] == _CONST:
-                v = leaves[k]
-                outs.append((_CONST, _concrete(v)))
-            elif p[0] == _VIEW_OUT:
-                outs.append((_VIEW_OUT, new_index[p[1]]) + tuple(p[2:]))
+                outs.append(NewOut(len(specs)))
+                specs.append(p.layout)
+            elif kind is ConstOut:
+                outs.append(ConstOut(_concrete(leaves[k])))
+            elif kind is OutputViewOut:
+                outs.append(p._replace(leaf=new_index[p.leaf]))
             else:
                 outs.append(p)
         exe.outs = outs
         exe.new_specs = specs
-        exe.out_bytes = sum(sp[3] for sp in specs if not sp[4])
+        exe.out_bytes = sum(sp.nbytes for sp in specs if not sp.on_cpu)
         exe.name = self.name if self.builds == 0 else f"{self.name}_v{self.builds}"
         return exe
 
     def _plan_outputs(self, args, metas):
-        """Plan per output leaf: (_NEW, None, layout) | (_INPUT, i) | (_VIEW_IN, i, dtype,
-        shape, strides, relative offset) | (_VIEW_OUT, leaf k, dtype, shape, strides, off)
-        | (_CONST, None)."""
+        """A plan per output leaf (NewOut, InputOut, InputViewOut, OutputViewOut, ConstOut,
+        DupOut) and the leaves that are new results."""
         pidx = {n: i for i, n in enumerate(self.placeholders)}
         in_store = {}
         for n, i in pidx.items():
@@ -587,10 +579,10 @@ class CompiledGraph:
         seen = {}
         for k, leaf in enumerate(self.out_leaves):
             if not isinstance(leaf, torch.fx.Node):
-                plans.append((_CONST, leaf))
+                plans.append(ConstOut(leaf))
                 continue
             if leaf in seen:
-                plans.append((_DUP, seen[leaf]))
+                plans.append(DupOut(seen[leaf]))
                 continue
             seen[leaf] = k
             src = leaf
@@ -598,31 +590,32 @@ class CompiledGraph:
                     and leaf.args[0] in pidx):
                 src = leaf.args[0]
             if src in pidx and isinstance(args[pidx[src]], Tensor):
-                plans.append((_INPUT, pidx[src]))
+                plans.append(InputOut(pidx[src]))
                 continue
             m = metas.get(leaf)
             if not isinstance(m, Tensor):
-                plans.append((_CONST, None))
+                plans.append(ConstOut(None))
                 continue
             ref = StorageWeakRef(m.untyped_storage())
             hit = in_store.get(ref)
             shape = tuple(int(s) for s in m.shape)
             strides = tuple(int(s) for s in m.stride())
             if hit is not None and hit[1].dtype == m.dtype:
-                plans.append((_VIEW_IN, hit[0], m.dtype, shape, strides,
-                              int(m.storage_offset()) - int(hit[1].storage_offset())))
+                plans.append(InputViewOut(hit[0], m.dtype, shape, strides,
+                                          int(m.storage_offset()) - int(hit[1].storage_offset())))
                 continue
             base = new_store.get(ref)
             if base is not None and base[1].dtype == m.dtype:
-                plans.append((_VIEW_OUT, base[0], m.dtype, shape, strides, int(m.storage_offset())))
+                plans.append(OutputViewOut(base[0], m.dtype, shape, strides,
+                                           int(m.storage_offset())))
                 continue
             lay = _out_layout(m)
-            plans.append((_NEW, None, lay))
+            plans.append(NewOut(None, lay))
             # later outputs may alias this one when it is laid out exactly as PyTorch's
-            if (lay[2] == strides and int(m.storage_offset()) == 0
-                    and m.untyped_storage().nbytes() == lay[3]):
+            if (lay.strides == strides and int(m.storage_offset()) == 0
+                    and m.untyped_storage().nbytes() == lay.nbytes):
                 new_store.setdefault(ref, (k, m))
-        new_nodes = [k for k, p in enumerate(plans) if p[0] == _NEW]
+        new_nodes = [k for k, p in enumerate(plans) if type(p) is NewOut]
         return plans, new_nodes
 
     # ------------------------------------------------------------ split graphs

@@ -221,7 +221,7 @@ def _register_kernels():
     # debug mask, which a Python kernel cannot return for a `Tensor` result:
     # hand back empty tensors there instead.
     fwd = aten._scaled_dot_product_fused_attention_overrideable.default
-    if fwd not in dispatch._registered:
+    if not dispatch.declared(fwd):
         entry = dispatch.Entry(fwd, LOWERINGS[fwd], "functional")
 
         def fused_kernel(*args, **kwargs):
@@ -230,15 +230,10 @@ def _register_kernels():
             return tuple(torch.empty(0, device=dev, dtype=res[0].dtype)
                          if r is None and i in (2, 3, 8) else r for i, r in enumerate(res))
 
-        dispatch.register_kernel(fwd, fused_kernel)
+        dispatch.declare(fwd, fused_kernel)
 
-    op = aten.scaled_dot_product_attention.default
-    key = (op, "AutogradPrivateUse1")
-    if key in dispatch._registered:
-        return
-    dispatch.library().impl("scaled_dot_product_attention", _sdpa_autograd, "AutogradPrivateUse1",
-                            allow_override=True)
-    dispatch._registered[key] = _sdpa_autograd
+    dispatch.declare(aten.scaled_dot_product_attention.default, _sdpa_autograd,
+                     key="AutogradPrivateUse1")
 
 
 _register_kernels()

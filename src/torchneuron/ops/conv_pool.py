@@ -495,7 +495,7 @@ def _register_unpool_kernels():
 
     aten = torch.ops.aten
     for op, nd in ((aten.max_unpool2d.default, 2), (aten.max_unpool3d.default, 3)):
-        if op in dispatch._registered:
+        if dispatch.declared(op):
             continue
         entry = dispatch.Entry(op, LOWERINGS[op], "functional")
 
@@ -529,7 +529,7 @@ def _register_unpool_kernels():
                                        f"size {size})")
             return _entry(x, indices, output_size, *rest)
 
-        dispatch.register_kernel(op, kernel)
+        dispatch.declare(op, kernel)
 
 
 _register_unpool_kernels()

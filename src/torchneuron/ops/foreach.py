@@ -408,7 +408,7 @@ def _register():
             packet = getattr(aten, f"_foreach_{name}{suffix}")
             op = packet.Tensor
             target = packet.ScalarList
-            dispatch.register_kernel(op, _tensor_scalars_kernel(target))
+            dispatch.declare(op, _tensor_scalars_kernel(target))
     register_out_kernels()
 
 
@@ -428,7 +428,7 @@ def register_out_kernels():
             if not args or args[-1].name != "out" or \
                     [(a.name, str(a.type)) for a in args[:-1]] != want:
                 continue
-            dispatch.register_kernel(cand, _foreach_out_kernel(op))
+            dispatch.declare(cand, _foreach_out_kernel(op))
 
 
 def _foreach_out_kernel(func):

@@ -624,11 +624,7 @@ def _first_bad(items):
 
 
 def _meta_validate(op, args, kwargs):
-    margs, mkwargs = dispatch._to_meta(args, kwargs)
-    try:
-        dispatch._run_meta(op, margs, mkwargs)
-    except dispatch._NoMeta:
-        pass
+    dispatch.validate(op, args, kwargs)
 
 
 def _oob(dim, size, kind=IndexError, prefix=""):
@@ -674,10 +670,10 @@ def _inplace_of(op):
 
 def _guard(name, finder):
     fop = resolve(name)
-    dispatch.register_kernel(fop, _guarded(fop, fop, "functional", finder))
+    dispatch.declare(fop, _guarded(fop, fop, "functional", finder))
     ip = _inplace_of(fop)
     if ip is not None and dispatch.functional_of(ip) is fop:
-        dispatch.register_kernel(ip, _guarded(ip, fop, "inplace", finder))
+        dispatch.declare(ip, _guarded(ip, fop, "inplace", finder))
 
 
 def _dim_size(t, dim):
@@ -855,9 +851,9 @@ def _masked_scatter_kernel(op, mode):
     return kernel
 
 
-dispatch.register_kernel(aten.masked_scatter.default,
+dispatch.declare(aten.masked_scatter.default,
                          _masked_scatter_kernel(aten.masked_scatter.default, "functional"))
-dispatch.register_kernel(aten.masked_scatter_.default,
+dispatch.declare(aten.masked_scatter_.default,
                          _masked_scatter_kernel(aten.masked_scatter_.default, "inplace"))
 
 
@@ -982,12 +978,12 @@ def _index_leading_mask(self, mask):
     return _result(flat, self.dtype, (count,) + rest, index, b * inner)
 
 
-dispatch.register_kernel(aten.index.Tensor, index_kernel)
-dispatch.register_kernel(aten.nonzero.default, nonzero)
-dispatch.register_kernel(aten.masked_select.default, masked_select)
+dispatch.declare(aten.index.Tensor, index_kernel)
+dispatch.declare(aten.nonzero.default, nonzero)
+dispatch.declare(aten.masked_select.default, masked_select)
 for _op, _f in ((aten.nonzero.out, aten.nonzero.default),
                 (aten.masked_select.out, aten.masked_select.default)):
-    dispatch.register_kernel(_op, dispatch._out_kernel(_op, _f))
+    dispatch.declare(_op, dispatch.out_kernel(_op, _f))
 
 
 # ---------------------------------------------------------------- index_put_
@@ -1044,10 +1040,10 @@ def _masked_put(self, indices, values, accumulate, mode):
     return target
 
 
-dispatch.register_kernel(aten.index_put_.default,
+dispatch.declare(aten.index_put_.default,
                          _index_put_kernel(aten.index_put_.default, aten.index_put.default, "inplace"))
-dispatch.register_kernel(aten.index_put.default,
+dispatch.declare(aten.index_put.default,
                          _index_put_kernel(aten.index_put.default, aten.index_put.default, "functional"))
-dispatch.register_kernel(aten._index_put_impl_.default,
+dispatch.declare(aten._index_put_impl_.default,
                          _index_put_kernel(aten._index_put_impl_.default,
                                            aten._index_put_impl_.default, "inplace"))

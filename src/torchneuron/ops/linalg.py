@@ -612,7 +612,7 @@ def _register_kernels():
 
     aten = torch.ops.aten
     for op in (aten._linalg_det.default, aten._linalg_slogdet.default):
-        if op in dispatch._registered:
+        if dispatch.declared(op):
             continue
         entry = dispatch.Entry(op, LOWERINGS[op], "functional")
 
@@ -621,10 +621,10 @@ def _register_kernels():
                 A = A.mT
             return _entry(A)
 
-        dispatch.register_kernel(op, kernel)
+        dispatch.declare(op, kernel)
 
     op = aten.linalg_lstsq.default
-    if op not in dispatch._registered:
+    if not dispatch.declared(op):
         meta_kernel("linalg_lstsq", _lstsq_meta, replace=True)
         entry = dispatch.Entry(op, LOWERINGS[op], "functional")
 
@@ -636,7 +636,7 @@ def _register_kernels():
                     res = res.new_empty((0,))
             return sol, res, rank, sv
 
-        dispatch.register_kernel(op, lstsq_kernel)
+        dispatch.declare(op, lstsq_kernel)
 
 
 _register_kernels()

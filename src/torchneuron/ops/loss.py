@@ -464,8 +464,8 @@ def _register_kernels():
     from .. import dispatch
 
     aten = torch.ops.aten
-    dispatch.register_kernel(aten._ctc_loss.Tensor, _ctc_loss_tensor_kernel)
-    dispatch.register_kernel(aten._ctc_loss_backward.Tensor, _ctc_loss_backward_tensor_kernel)
+    dispatch.declare(aten._ctc_loss.Tensor, _ctc_loss_tensor_kernel)
+    dispatch.declare(aten._ctc_loss_backward.Tensor, _ctc_loss_backward_tensor_kernel)
 
 
 _register_kernels()

@@ -13,7 +13,6 @@ import torch
 
 from .. import dispatch, runtime, storage
 from .. import numerics
-from ..dispatch import register_kernel
 from ..lowering import lower, out_dtype
 
 aten = torch.ops.aten
@@ -309,20 +308,20 @@ def register():
     from ..lowering import LOWERINGS
 
     for op in _VIEW_OPS:
-        register_kernel(op, _redispatch(op))
-    register_kernel(aten.empty.memory_format, empty_memory_format)
-    register_kernel(aten.empty_strided.default, empty_strided)
-    register_kernel(aten.set_.default, set_empty)
-    register_kernel(aten.resize_.default, resize_)
-    register_kernel(aten._local_scalar_dense.default, local_scalar_dense)
+        dispatch.declare(op, _redispatch(op))
+    dispatch.declare(aten.empty.memory_format, empty_memory_format)
+    dispatch.declare(aten.empty_strided.default, empty_strided)
+    dispatch.declare(aten.set_.default, set_empty)
+    dispatch.declare(aten.resize_.default, resize_)
+    dispatch.declare(aten._local_scalar_dense.default, local_scalar_dense)
     _COPY_ENTRY = dispatch.Entry(aten.copy_.default, LOWERINGS[aten.copy_.default], "inplace")
     _TO_COPY_ENTRY = dispatch.Entry(aten._to_copy.default, LOWERINGS[aten._to_copy.default],
                                     "functional")
-    register_kernel(aten.copy_.default, copy_)
-    register_kernel(aten._to_copy.default, _to_copy)
-    register_kernel(aten._copy_from.default, _copy_from)
-    register_kernel(aten._copy_from_and_resize.default, _copy_from_and_resize)
-    register_kernel(aten.is_pinned.default, is_pinned)
-    register_kernel(aten.record_stream.default, record_stream)
-    register_kernel(aten._has_compatible_shallow_copy_type.default,
-                    has_compatible_shallow_copy_type)
+    dispatch.declare(aten.copy_.default, copy_)
+    dispatch.declare(aten._to_copy.default, _to_copy)
+    dispatch.declare(aten._copy_from.default, _copy_from)
+    dispatch.declare(aten._copy_from_and_resize.default, _copy_from_and_resize)
+    dispatch.declare(aten.is_pinned.default, is_pinned)
+    dispatch.declare(aten.record_stream.default, record_stream)
+    dispatch.declare(aten._has_compatible_shallow_copy_type.default,
+                     has_compatible_shallow_copy_type)

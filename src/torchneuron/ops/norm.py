@@ -224,7 +224,7 @@ def _native_batch_norm_kernel(input, weight, bias, running_mean, running_var, tr
 def _register_kernels():
     from .. import dispatch
 
-    dispatch.register_kernel(aten.native_batch_norm.default, _native_batch_norm_kernel)
+    dispatch.declare(aten.native_batch_norm.default, _native_batch_norm_kernel)
 
 
 _register_kernels()

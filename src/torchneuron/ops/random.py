@@ -656,18 +656,18 @@ def _register_checked_kernels():
         out.copy_(r)
         return out
 
-    dispatch.register_kernel(aten.normal.Tensor_Tensor, normal_tt_k)
-    dispatch.register_kernel(aten.normal.float_Tensor, normal_ft_k)
-    dispatch.register_kernel(aten.bernoulli.Tensor, bern_t_k)
-    dispatch.register_kernel(aten.bernoulli_.Tensor, bern_t_inplace_k)
-    dispatch.register_kernel(aten.bernoulli.default, bern_k)
-    dispatch.register_kernel(aten.multinomial.default, multinomial_k)
-    dispatch.register_kernel(aten.native_dropout.default, native_dropout_k)
-    dispatch.register_kernel(aten.poisson.default, poisson_k)
-    dispatch.register_kernel(aten.randperm.generator_out,
+    dispatch.declare(aten.normal.Tensor_Tensor, normal_tt_k)
+    dispatch.declare(aten.normal.float_Tensor, normal_ft_k)
+    dispatch.declare(aten.bernoulli.Tensor, bern_t_k)
+    dispatch.declare(aten.bernoulli_.Tensor, bern_t_inplace_k)
+    dispatch.declare(aten.bernoulli.default, bern_k)
+    dispatch.declare(aten.multinomial.default, multinomial_k)
+    dispatch.declare(aten.native_dropout.default, native_dropout_k)
+    dispatch.declare(aten.poisson.default, poisson_k)
+    dispatch.declare(aten.randperm.generator_out,
                              lambda n, *, generator=None, out: randperm_out_k(
                                  n, generator=_no_generator(generator), out=out))
-    dispatch.register_kernel(aten.randperm.out, lambda n, *, out: randperm_out_k(n, out=out))
+    dispatch.declare(aten.randperm.out, lambda n, *, out: randperm_out_k(n, out=out))
 
 
 def _jdt(tdt):

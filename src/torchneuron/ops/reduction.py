@@ -1321,7 +1321,7 @@ def _aminmax_dim_kernel(self, dim, keepdim=False):
 def _register_kernels():
     from .. import dispatch
 
-    dispatch.register_kernel(torch.ops.aten.equal.default, _equal_kernel)
+    dispatch.declare(torch.ops.aten.equal.default, _equal_kernel)
     aten = torch.ops.aten
     for op, fn in ((aten.bincount.default, _bincount_kernel),
                    (aten._unique2.default, _unique2_kernel),
@@ -1333,7 +1333,7 @@ def _register_kernels():
                    (aten.histogram.bins_tensor, _histogram_bins_tensor_kernel),
                    (aten._aminmax.default, _aminmax_kernel),
                    (aten._aminmax.dim, _aminmax_dim_kernel)):
-        dispatch.register_kernel(op, fn)
+        dispatch.declare(op, fn)
 
     # nansum(x, dim=[]) reduces everything on CPU, but PyTorch's meta kernel
     # keeps every dim: normalise [] to None before the executable is chosen
@@ -1345,9 +1345,9 @@ def _register_kernels():
             dim = None
         return entry(self, dim, keepdim, dtype=dtype)
 
-    dispatch.register_kernel(op, nansum_kernel)
+    dispatch.declare(op, nansum_kernel)
     op = torch.ops.aten.histc.default
-    dispatch.register_kernel(op, _histc_kernel(dispatch.Entry(op, LOWERINGS[op], "functional")))
+    dispatch.declare(op, _histc_kernel(dispatch.Entry(op, LOWERINGS[op], "functional")))
 
 
 _register_kernels()
@@ -1483,7 +1483,7 @@ def _register_segment_kernel():
     from .. import dispatch
 
     op = torch.ops.aten.segment_reduce.default
-    if op in dispatch._registered:
+    if dispatch.declared(op):
         return
     entry = dispatch.Entry(op, LOWERINGS[op], "functional")
 
@@ -1505,7 +1505,7 @@ def _register_segment_kernel():
         return entry(data, reduce, lengths=lengths, indices=indices, offsets=offsets, axis=axis,
                      unsafe=unsafe, initial=initial)
 
-    dispatch.register_kernel(op, kernel)
+    dispatch.declare(op, kernel)
 
 
 _register_segment_kernel()

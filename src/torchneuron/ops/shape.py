@@ -486,4 +486,4 @@ def repeat_interleave_kernel(repeats, *, output_size=None):
     return _ri_entry(repeats, output_size=output_size)
 
 
-dispatch.register_kernel(_RI, repeat_interleave_kernel)
+dispatch.declare(_RI, repeat_interleave_kernel)

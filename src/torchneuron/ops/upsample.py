@@ -308,7 +308,7 @@ def _register_kernels():
             op = resolve(name + ".default")
         except AttributeError:
             continue
-        if op in dispatch._registered or op not in LOWERINGS:
+        if dispatch.declared(op) or op not in LOWERINGS:
             continue
         nd = int(name.rstrip("_a").rstrip("d")[-1])
         entry = dispatch.Entry(op, LOWERINGS[op], "functional")
@@ -327,7 +327,7 @@ def _register_kernels():
                                        device=x.device)
             return _entry(x, output_size, *args, **kwargs)
 
-        dispatch.register_kernel(op, kernel)
+        dispatch.declare(op, kernel)
 
 
 _register_kernels()

@@ -22,7 +22,7 @@ from torch._C import DispatchKey, DispatchKeySet
 
 from .. import config, runtime
 from ..runtime import jdtype
-from .views import reinterpret
+from ..numerics import reinterpret
 
 CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
 _SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset._handle

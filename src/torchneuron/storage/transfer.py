@@ -111,3 +111,50 @@ def to_neuron(cpu: torch.Tensor, index: int) -> torch.Tensor:
     arr = to_device_array(cpu, index)
     return make_tensor(arr.reshape(-1), cpu.dtype, tuple(cpu.shape),
                                contiguous_strides(cpu.shape), 0, index, nbytes)
+
+
+# ---------------------------------------------------------------- small device functions
+# Eager kernels and checks that need device values (host reads, data-dependent
+# shapes) run small jitted functions over cells' flat arrays: one cache, one cap.
+_device_fns: dict = {}
+DEVICE_FNS_MAX = 4096
+
+
+def device_fn(key, build):
+    """The jitted function for `key`, built by `build()` on first use."""
+    f = _device_fns.get(key)
+    if f is None:
+        if len(_device_fns) >= DEVICE_FNS_MAX:
+            _device_fns.clear()
+        f = _device_fns[key] = jax.jit(build())
+    return f
+
+
+def cells_of(tensors):
+    """(flat arrays, view specs, cell signature) of device tensors: a device function's
+    inputs and the part of its key they decide."""
+    cells = [cell_of(t) for t in tensors]
+    specs = tuple(view_spec(t) + (view_flags(t),) for t in tensors)
+    sig = tuple((c.arr.dtype, c.arr.shape[0]) for c in cells)
+    return [c.arr for c in cells], specs, sig
+
+
+def view_values(flat, spec):
+    """Inside a device function: a tensor's logical values from its cell (spec from
+    :func:`cells_of`)."""
+    v = read_view(flat, spec[:4])
+    return apply_flags(v, spec[4]) if spec[4] else v
+
+
+def read_back(fn, *tensors, static=()):
+    """`fn(*values, *static)` over device tensors' values, read to the host as numpy
+    (pytrees of arrays come back as the same structure of numpy arrays)."""
+    arrs, specs, sig = cells_of(tensors)
+
+    def build():
+        def run(*flat):
+            return fn(*[view_values(a, sp) for a, sp in zip(flat, specs)], *static)
+        return run
+
+    f = device_fn(("read_back", fn, specs, sig, static), build)
+    return jax.device_get(f(*arrs))

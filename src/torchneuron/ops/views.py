@@ -6,9 +6,8 @@ storage) and allocations talk to ``storage`` directly.  Inside a compiled (or
 decomposed) graph every value is a jax array, so a view is just the values it
 shows: ``view`` is a reshape, ``t`` a transpose, ``slice`` a slice, and so on.
 
-They live in their own table (``EXTRA``), consulted by ``fx_jax.run_graph``
-after the main table, so that eager registration never turns them into
-PrivateUse1 kernels (that would replace the aliasing view kernels).
+They are declared ``compile_only``, so that eager registration never turns them
+into PrivateUse1 kernels (that would replace the aliasing view kernels).
 """
 from __future__ import annotations
 
@@ -18,30 +17,14 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .. import lowering, runtime, storage
-from .. import numerics
-from ..lowering import Lowering, out_dtype, out_meta
+from .. import numerics, runtime
+from ..lowering import lower, out_dtype
 
 aten = torch.ops.aten
 
-EXTRA: dict = {}
-
 
 def _reg(*names, static=()):
-    def deco(fn):
-        for n in names:
-            try:
-                op = lowering.resolve(n)
-            except AttributeError:
-                continue  # overload absent in this torch version
-            EXTRA[op] = Lowering(op, fn, static)
-        return fn
-
-    return deco
-
-
-def get(op):
-    return EXTRA.get(op)
+    return lower(*names, static=static, compile_only=True)
 
 
 def _ints(xs):
@@ -50,7 +33,7 @@ def _ints(xs):
 
 # ---------------------------------------------------------------- identity / aliases
 @_reg("alias.default", "detach.default", "lift_fresh.default", "lift_fresh_copy.default",
-      "alias_copy.default", "detach_copy.default", "lift.default", "clone.default",
+      "alias_copy.default", "detach_copy.default", "lift.default",
       "contiguous.default", "_conj.default", "resolve_conj.default", "resolve_neg.default",
       "positive.default")
 def _identity(x, *args, **kwargs):
@@ -58,7 +41,7 @@ def _identity(x, *args, **kwargs):
 
 
 # ---------------------------------------------------------------- reshapes
-@_reg("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default",
+@_reg("view.default", "_unsafe_view.default", "reshape.default",
       "_reshape_copy.default")
 def _view(x, size):
     return jnp.reshape(x, tuple(_ints(size)))
@@ -76,7 +59,7 @@ def _view_dtype(x, dtype):
         return x
     old, new = jnp.dtype(x.dtype).itemsize, jnp.dtype(jd).itemsize
     shape = tuple(x.shape)
-    flat = storage.reinterpret(x.reshape(-1), jd)
+    flat = numerics.reinterpret(x.reshape(-1), jd)
     if x.ndim == 0:
         return flat.reshape(())
     last = shape[-1] * old // new
@@ -118,7 +101,7 @@ def _transpose(x, dim0, dim1):
     return jnp.swapaxes(x, numerics.canon_dim(int(dim0), x.ndim), numerics.canon_dim(int(dim1), x.ndim))
 
 
-@_reg("permute.default", "permute_copy.default")
+@_reg("permute.default")
 def _permute(x, dims):
     if x.ndim == 0:
         return x
@@ -136,7 +119,7 @@ def _mT(x):
 
 
 # ---------------------------------------------------------------- broadcasts
-@_reg("expand.default", "expand_copy.default")
+@_reg("expand.default")
 def _expand(x, size, *, implicit=False):
     size = _ints(size)
     lead = len(size) - x.ndim
@@ -199,7 +182,7 @@ def _slice(x, dim=0, start=None, end=None, step=1):
     return x[tuple(idx)]
 
 
-@_reg("narrow.default", "narrow_copy.default")
+@_reg("narrow.default")
 def _narrow(x, dim, start, length):
     d = numerics.canon_dim(int(dim), x.ndim)
     s = int(start)
@@ -208,7 +191,7 @@ def _narrow(x, dim, start, length):
     return lax.slice_in_dim(x, s, s + int(length), axis=d)
 
 
-@_reg("split.Tensor", "split_copy.Tensor", "unsafe_split.Tensor")
+@_reg("split.Tensor", "unsafe_split.Tensor")
 def _split(x, split_size, dim=0):
     d = numerics.canon_dim(int(dim), x.ndim)
     n = x.shape[d]
@@ -218,7 +201,7 @@ def _split(x, split_size, dim=0):
     return [lax.slice_in_dim(x, s, min(s + step, n), axis=d) for s in range(0, n, max(step, 1))]
 
 
-@_reg("split_with_sizes.default", "split_with_sizes_copy.default",
+@_reg("split_with_sizes.default",
       "unsafe_split_with_sizes.default")
 def _split_with_sizes(x, split_sizes, dim=0):
     d = numerics.canon_dim(int(dim), x.ndim)
@@ -229,18 +212,18 @@ def _split_with_sizes(x, split_sizes, dim=0):
     return out
 
 
-@_reg("unbind.int", "unbind_copy.int")
+@_reg("unbind.int")
 def _unbind(x, dim=0):
     d = numerics.canon_dim(int(dim), x.ndim)
     return [lax.index_in_dim(x, i, d, keepdims=False) for i in range(x.shape[d])]
 
 
-@_reg("diagonal.default", "diagonal_copy.default")
+@_reg("diagonal.default")
 def _diagonal(x, offset=0, dim1=0, dim2=1):
     return jnp.diagonal(x, int(offset), numerics.canon_dim(int(dim1), x.ndim), numerics.canon_dim(int(dim2), x.ndim))
 
 
-@_reg("unfold.default", "unfold_copy.default")
+@_reg("unfold.default")
 def _unfold(x, dimension, size, step):
     if x.ndim == 0:
         return x.reshape(1)
@@ -322,16 +305,3 @@ def _copy(self, src, non_blocking=False):
       "_assert_scalar.default", "_print.default", "record_stream.default")
 def _noop(*args, **kwargs):
     return None
-
-
-def strided_view(x, x_meta, size, stride, storage_offset):
-    """as_strided over the values of a contiguous tensor (offsets relative to its storage)."""
-    if x_meta is None or not x_meta.is_contiguous():
-        return None
-    base = x_meta.storage_offset()
-    off = base if storage_offset is None else int(storage_offset)
-    spec = (x_meta.dtype, tuple(_ints(size)), tuple(_ints(stride)), off - base)
-    return storage.read_view(jnp.reshape(x, (-1,)), spec)
-
-
-_ = out_meta  # re-exported for lowerings that need the expected result

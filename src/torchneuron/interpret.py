@@ -1,4 +1,4 @@
-"""Run an FX graph of aten/prims ops as jax code, with the eager lowering table.
+"""Run an FX graph of aten/prims ops as jax code, with the lowering table.
 
 Used by torch.compile (the whole captured graph inside one ``jax.jit``) and by
 eager dispatch for ops that have no lowering of their own but have a PyTorch
@@ -15,20 +15,13 @@ import numpy as np
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .. import lowering, runtime
-from ..lowering import LOWERINGS
+from . import lowering, runtime, storage
+from .lowering import LOWERINGS
 
 aten = torch.ops.aten
 
 
-try:  # eager dispatch catches its own class: a decomposition that cannot be traced falls
-    # back to the CPU instead of failing
-    from ..dispatch import _Unlowerable as _Base
-except ImportError:  # pragma: no cover
-    _Base = Exception
-
-
-class Unlowerable(_Base):
+class Unlowerable(Exception):
     """A graph node whose op has no lowering (names the op).
 
     ``node`` is the outermost graph node that could not be traced (set by
@@ -63,8 +56,6 @@ def _cast_like(v, m):
 
 
 def _const(t: torch.Tensor):
-    from .. import storage
-
     if t.device.type == "neuron":
         return storage.materialize(t)
     return jnp.asarray(runtime.torch_to_numpy(t.detach().contiguous().cpu()))
@@ -77,14 +68,9 @@ _NO_DECOMP = object()
 
 
 def find_lowering(op):
-    """The lowering run_graph uses for `op`: the table, compile-only view/allocation
-    lowerings, then a traced PyTorch decomposition (None if none of them)."""
+    """The lowering run_graph uses for `op`: the table (compile-only view/allocation
+    lowerings included), then a traced PyTorch decomposition (None if neither)."""
     low = LOWERINGS.get(op)
-    if low is not None:
-        return low
-    from . import views
-
-    low = views.get(op)
     if low is not None:
         return low
     low = _decomp_lowerings.get(op)
@@ -168,9 +154,7 @@ def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None, *, rng=
             env[node] = src
             return 1
         if tgt is aten.as_strided.default:
-            from . import views
-
-            v = views.strided_view(a[0], meta_of(node.args[0]), *a[1:], **kw)
+            v = strided_view(a[0], meta_of(node.args[0]), *a[1:], **kw)
             if v is None:
                 raise Unlowerable(tgt.name() + " (of a non-contiguous tensor)")
             env[node] = v
@@ -223,6 +207,16 @@ def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None, *, rng=
         else:
             raise Unlowerable(f"fx node kind {node.op}")
     return None
+
+
+def strided_view(x, x_meta, size, stride, storage_offset):
+    """as_strided over the values of a contiguous tensor (offsets relative to its storage)."""
+    if x_meta is None or not x_meta.is_contiguous():
+        return None
+    base = x_meta.storage_offset()
+    off = base if storage_offset is None else int(storage_offset)
+    spec = (x_meta.dtype, tuple(int(v) for v in size), tuple(int(v) for v in stride), off - base)
+    return storage.read_view(jnp.reshape(x, (-1,)), spec)
 
 
 # ---------------------------------------------------------------- decompositions

@@ -1,0 +1,344 @@
+"""The kernels dispatch builds: an :class:`Entry` (an overload, its lowering and
+its executable cache), the out= kernel of a lowered functional op, and the wrapper
+that runs a lowering's eager extras (argument normaliser, checks, index bounds)
+before its entry.
+
+A call (the hot path) walks the arguments, looks the key up and calls the cached
+executable; a miss (the slow path) asks PyTorch's meta kernel for the results'
+dtypes, shapes and strides, traces the lowering between view reads and view
+writes, and jits it for the device.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import warnings
+
+import jax
+import torch
+
+from .. import config, lowering, runtime, storage
+from ..numerics import scalar_type_name
+from . import meta as _meta
+from .executable import Walk, as_array, current_device, dense_strides, fill, layout, template
+from .meta import device_mismatch, translate_runtime_error
+from .plan import Arg, Const, New, Nothing, OutSpec, Seq, WriteTarget, assemble, resolve
+from .schema import TLIST, schema
+
+Tensor = torch.Tensor
+aten = torch.ops.aten
+
+class Executable:
+    __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index")
+
+
+cache_hits = collections.Counter()  # op name -> calls served by a cached executable
+cache_misses = collections.Counter()  # op name -> executables built
+CACHE_MAX = config.get("TORCHNEURON_EXECUTABLE_CACHE")
+
+
+class Entry:
+    """A kernel: an overload plus its lowering and executable cache."""
+
+    def __init__(self, op, low, mode):
+        self.op = op
+        self.low = low  # Lowering of op itself, or of its functional variant
+        self.mode = mode  # "functional" | "inplace" | "mutating"
+        self.schema = schema(op)
+        self.cache = collections.OrderedDict()
+        self.static = low.static
+        self.random = low.random
+        self.name = op.name()
+
+    # the hot path -------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        sch = self.schema
+        w = Walk(self.static)
+        kinds = sch.kinds
+        names = sch.names
+        toks = [w.value(a, kinds[i], names[i]) for i, a in enumerate(args)]
+        if kwargs:
+            kind_of = sch.kind_of
+            toks.append(tuple((k, w.value(v, kind_of[k], k)) for k, v in kwargs.items()))
+        toks.append(w.index)
+        key = tuple(toks)
+        exe = self.cache.get(key)
+        if exe is None:
+            exe = self.build(key, args, kwargs, w)
+        else:
+            cache_hits[self.name] += 1
+        index = exe.index
+        inputs = w.arrays
+        if w.dyn:
+            inputs = inputs + [t_or_v for t_or_v in self._dyn_values(w.dyn, index)]
+        if w.offs:
+            inputs = inputs + [storage.dyn_scalar(o, index) for o in w.offs]
+        if exe.random:
+            from .. import device
+
+            inputs = inputs + [device.next_rng_input(index)]
+        if exe.out_bytes:
+            storage.check_room(index, exe.out_bytes)
+        try:
+            res = exe.fn(*inputs)
+        except Exception as e:  # noqa: BLE001
+            raise translate_runtime_error(e, index) from None
+        return self.finish(exe, res, w, args, kwargs)
+
+    @staticmethod
+    def _dyn_values(dyn, index):
+        for v in dyn:
+            if isinstance(v, Tensor):
+                yield storage.typed_scalar(v, index)
+            else:
+                yield storage.dyn_scalar(v, index)
+
+    def finish(self, exe, res, w, args, kwargs):
+        nouts = len(exe.outs)
+        if exe.writes:
+            cells = w.cells
+            for j, slot in enumerate(exe.writes):
+                cells[slot].arr = res[nouts + j]
+        index = exe.index
+        outs = [make_out(res[i], exe.outs[i], index) for i in range(nouts)]
+        plan = exe.returns
+        if type(plan) is New:
+            return outs[plan.index]
+        return assemble(plan, outs, self.schema, args, kwargs)
+
+    # the slow path ------------------------------------------------------
+    def build(self, key, args, kwargs, w):
+        cache_misses[self.name] += 1
+        runtime.maybe_release_executables()
+        index = w.index if w.index is not None else current_device()
+        sch = self.schema
+        meta_args, meta_kwargs = _meta.to_meta(args, kwargs)
+        # PyTorch's meta kernel validates and gives result dtypes/shapes/strides.
+        meta_self = _meta.run_meta(self.op, meta_args, meta_kwargs)
+        func_op = self.low.op
+        if func_op is not self.op and self.mode == "inplace":
+            fm_args, fm_kwargs = _meta.drop_out_args(func_op, meta_args, meta_kwargs)
+            meta_func = _meta.run_meta(func_op, fm_args, fm_kwargs)
+            check_inplace_cast(meta_func, meta_args[0] if meta_args else None)
+        else:
+            meta_func = meta_self
+
+        tmpl_args, tmpl_kwargs, spec_of = template(args, kwargs, sch, w)
+        ncells = len(w.cells)
+        ndyn = len(w.dyn)
+        noffs = len(w.offs)
+        low = self.low
+        mode = self.mode
+
+        # output layout from the functional meta result
+        if mode == "functional":
+            flat_meta, ret_plan = flatten_returns(meta_self, sch)
+        elif mode == "inplace":
+            flat_meta, ret_plan = [], alias_returns(sch)
+        else:  # mutating: lowering returns (returns, updates)
+            flat_meta, ret_plan = flatten_returns(meta_self, sch, mutating=True)
+
+        out_specs = []
+        for m in flat_meta:
+            shape = tuple(m.shape)
+            strides = dense_strides(shape, tuple(m.stride()))
+            out_specs.append(OutSpec(m.dtype, shape, strides, 0,
+                                     math.prod(shape) * m.dtype.itemsize))
+
+        # which (slot, spec) each mutated argument writes
+        write_targets = []
+        if mode in ("inplace", "mutating"):
+            for i in sch.mutated:
+                v = sch.arg(args, kwargs, i)
+                if isinstance(v, (list, tuple)):
+                    write_targets.append([write_target(x, w, spec_of) for x in v])
+                elif v is None:
+                    write_targets.append(None)
+                else:
+                    write_targets.append(write_target(v, w, spec_of))
+        writes_slots = sorted({t.slot for grp in write_targets if grp is not None
+                               for t in (grp if isinstance(grp, list) else [grp])})
+        random = self.random
+        device = runtime.jax_device(index)
+
+        def traced(*inputs):
+            slots = list(inputs[:ncells])
+            dyn = inputs[ncells:ncells + ndyn]
+            offs = inputs[ncells + ndyn:ncells + ndyn + noffs]
+            rng = inputs[ncells + ndyn + noffs] if random else None
+            jargs, jkwargs = fill(tmpl_args, tmpl_kwargs, slots, dyn, offs)
+            key = None
+            if rng is not None:
+                key = jax.random.fold_in(jax.random.PRNGKey(rng[0]), rng[1])
+            with lowering.tracing(meta=meta_func, key=key, device=index):
+                result = low.fn(*jargs, **jkwargs)
+            outs = []
+            if mode == "functional":
+                for v, sp in zip(flatten_values(result), out_specs):
+                    outs.append(layout(v, sp))
+            else:
+                if mode == "mutating":
+                    result, updates = result
+                    for v, sp in zip(flatten_values(result), out_specs):
+                        outs.append(layout(v, sp))
+                else:
+                    updates = result
+                    if len(write_targets) == 1:
+                        updates = [updates]
+                for grp, val in zip(write_targets, updates):
+                    if grp is None or val is None:
+                        continue
+                    for tgt, v in (zip(grp, val) if isinstance(grp, list) else ((grp, val),)):
+                        slots[tgt.slot] = storage.write_view(
+                            slots[tgt.slot], resolve(tgt.spec, offs),
+                            storage.apply_flags(as_array(v), tgt.flags))
+            return tuple(outs) + tuple(slots[s] for s in writes_slots)
+
+        exe = Executable()
+        exe.fn = jax.jit(traced, out_shardings=jax.sharding.SingleDeviceSharding(device))
+        exe.outs = out_specs
+        exe.writes = writes_slots
+        exe.returns = ret_plan
+        exe.out_bytes = sum(sp.nbytes for sp in out_specs)
+        exe.random = random
+        exe.index = index
+        if len(self.cache) >= CACHE_MAX:
+            self.cache.popitem(last=False)
+        self.cache[key] = exe
+        return exe
+
+
+def make_out(arr, sp, index):
+    return storage.make_tensor(arr, sp[0], sp[1], sp[2], sp[3], index, sp.nbytes)
+
+
+def write_target(t, w, spec_of):
+    cell = storage.cell_of(t)
+    if torch._debug_has_internal_overlap(t) == 1:
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location. Please clone() the tensor before performing the operation."
+        )
+    return WriteTarget(w.slots[id(cell)], spec_of[id(t)], storage.view_flags(t))
+
+
+def flatten_returns(meta, sch, mutating=False):
+    """Meta results -> (flat list of meta tensors, return plan)."""
+    flat = []
+
+    def walk(m):
+        if isinstance(m, Tensor):
+            flat.append(m)
+            return New(len(flat) - 1)
+        if isinstance(m, (list, tuple)):
+            return Seq(list if isinstance(m, list) else tuple, tuple(walk(x) for x in m))
+        return Const(m)
+
+    if mutating or sch.nreturns > 1:
+        if not isinstance(meta, tuple):
+            meta = (meta,)
+        if any(sch.returns_alias[: len(meta)]):
+            raise AssertionError(f"torchneuron: {sch.op} returns an alias of an argument "
+                                 "from a functional or mutating entry")
+        parts = tuple(walk(m) for m in meta)
+        if sch.nreturns == 1:
+            return flat, parts[0]
+        return flat, Seq(tuple, parts)
+    return flat, walk(meta)
+
+
+def alias_returns(sch):
+    """In-place ops return their mutated self argument(s)."""
+    if sch.nreturns == 0:
+        return Nothing()
+    if sch.nreturns == 1:
+        return Arg(sch.mutated[0])
+    return Seq(tuple, tuple(Arg(i) for i in sch.mutated[: sch.nreturns]))
+
+
+def flatten_values(result):
+    """A lowering's results, flat.  None results are undefined tensors (e.g. masked-out
+    gradients): the meta kernel returns None there too, so they have no output spec."""
+    if isinstance(result, (list, tuple)):
+        out = []
+        for r in result:
+            if isinstance(r, (list, tuple)):
+                out.extend(x for x in r if x is not None)
+            elif r is not None:
+                out.append(r)
+        return out
+    return [result]
+
+
+# ---------------------------------------------------------------- casting rules
+def check_cast(result_dtype, out_dtype) -> None:
+    """TensorIterator's rule for in-place and out= results."""
+    if not torch.can_cast(result_dtype, out_dtype):
+        raise RuntimeError(f"result type {scalar_type_name(result_dtype)} can't be cast to the "
+                           f"desired output type {scalar_type_name(out_dtype)}")
+
+
+def check_inplace_cast(result, self_) -> None:
+    """An in-place op computed through its functional form must be able to cast the
+    result back into self (some releases' meta kernels for the in-place overload do not
+    check: torch 2.11's div_ accepts an int64 self)."""
+    if isinstance(result, (tuple, list)):
+        result = result[0] if result else None
+    if isinstance(result, Tensor) and isinstance(self_, Tensor):
+        check_cast(result.dtype, self_.dtype)
+
+
+# ---------------------------------------------------------------- out= kernels
+def resize_output(out: Tensor, shape) -> None:
+    """at::native::resize_output: resize, warning when a non-empty out changes shape."""
+    shape = tuple(shape)
+    if tuple(out.shape) == shape:
+        return
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(out.shape)}, "
+            f"which does not match the required output shape {list(shape)}. This behavior is "
+            "deprecated, and in a future PyTorch release outputs will not be resized unless they "
+            "have zero elements. You can explicitly reuse an out tensor t by resizing it, inplace, "
+            "to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=4,
+        )
+    out.resize_(shape)
+
+
+def out_kernel(out_op, func_op):
+    """The out= overload `out_op` computed by its functional overload `func_op`, then
+    copied into `out` (PyTorch's autogenerated out= kernels).  A Tensor[] out
+    (``_foreach_*_out``) is filled element by element."""
+    sch = schema(out_op)
+    fnames = {a.name for a in func_op._schema.arguments}
+    out_names = [sch.names[i] for i in sch.out_args]
+    list_out = [sch.kinds[i] == TLIST for i in sch.out_args]
+
+    def kernel(*args, **kwargs):
+        outs = [kwargs[n] if n in kwargs else args[sch.names.index(n)] for n in out_names]
+        fkw = {k: v for k, v in kwargs.items() if k in fnames}
+        res = func_op(*args, **fkw)
+        if list_out == [True]:
+            dst, res = outs[0], res
+            if len(dst) != len(res):
+                raise RuntimeError(f"Tensor lists must have the same number of tensors, got "
+                                   f"{len(dst)} and {len(res)}")
+            for o, r in zip(dst, res):
+                if tuple(o.shape) != tuple(r.shape):
+                    resize_output(o, r.shape)
+                o.copy_(r)
+            return None
+        results = res if isinstance(res, (tuple, list)) else (res,)
+        for o, r in zip(outs, results):
+            if o.device.type != "neuron":
+                raise device_mismatch("neuron:0", o.device)
+            check_cast(r.dtype, o.dtype)
+            resize_output(o, r.shape)
+            o.copy_(r)
+        if sch.nreturns == 1:
+            return outs[0]
+        return tuple(outs)
+
+    return kernel

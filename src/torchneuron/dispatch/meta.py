@@ -1,0 +1,120 @@
+"""PyTorch's meta kernels as the source of truth for result metadata and errors.
+
+An executable is built from what the meta kernel says (dtypes, shapes, strides)
+and refuses what it refuses.  Meta kernels are often Python references whose
+messages differ from the native kernels', so an error is re-raised with the
+message of PyTorch's CPU kernel run on small zero-filled stand-ins.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import storage
+
+Tensor = torch.Tensor
+
+
+def device_mismatch(a, b):
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"{a} and {b}!"
+    )
+
+
+def meta_tensor(t):
+    if t.device.type == "cpu" and t.dim() == 0 and not t.is_neuron:
+        return torch.empty((), dtype=t.dtype, device="meta")
+    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="meta")
+
+
+def to_meta(args, kwargs):
+    def f(v):
+        if isinstance(v, Tensor):
+            return meta_tensor(v)
+        if isinstance(v, (list, tuple)) and any(isinstance(x, Tensor) for x in v):
+            return type(v)(f(x) if x is not None else None for x in v)
+        if isinstance(v, torch.device) and v.type == "neuron":
+            return torch.device("meta")
+        return v
+
+    return [f(a) for a in args], {k: f(v) for k, v in kwargs.items()}
+
+
+class NoMeta(Exception):
+    pass
+
+
+def run_meta(op, margs, mkwargs):
+    try:
+        return op(*margs, **mkwargs)
+    except NotImplementedError as e:
+        msg = str(e)
+        if "not implemented for '" in msg:  # a dtype the kernel refuses: PyTorch's error
+            raise (cpu_error(op, margs, mkwargs) or e) from None
+        raise NoMeta(msg) from None
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        msg = str(e)
+        if "Meta" in msg and ("Could not run" in msg or "not implemented" in msg.lower()):
+            raise NoMeta(msg) from None
+        cpu_err = cpu_error(op, margs, mkwargs)
+        raise (cpu_err or e) from None
+
+
+_CPU_ERROR_MAX_NUMEL = 1 << 16
+
+
+def cpu_error(op, margs, mkwargs):
+    """The error PyTorch's CPU kernel raises for these shapes (its wording is CUDA's too).
+
+    Meta kernels are often Python references whose messages differ from the
+    native kernels'.  Re-run the op on small CPU stand-ins of the same shapes
+    to get the native message; None if that does not raise or is too big."""
+
+    def cpu(v):
+        if isinstance(v, Tensor):
+            if v.numel() > _CPU_ERROR_MAX_NUMEL:
+                raise OverflowError
+            return torch.zeros(tuple(v.shape), dtype=v.dtype)
+        if isinstance(v, (list, tuple)):
+            return type(v)(cpu(x) for x in v)
+        if isinstance(v, torch.device) and v.type == "meta":
+            return torch.device("cpu")
+        return v
+
+    try:
+        cargs = [cpu(a) for a in margs]
+        ckw = {k: cpu(v) for k, v in mkwargs.items()}
+    except OverflowError:
+        return None
+    try:
+        op(*cargs, **ckw)
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        return type(e)(str(e))
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def drop_out_args(func_op, margs, mkwargs):
+    names = {a.name for a in func_op._schema.arguments}
+    return margs, {k: v for k, v in mkwargs.items() if k in names}
+
+
+def translate_runtime_error(e, index):
+    msg = str(e)
+    if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg or "out of memory" in msg:
+        storage.stats(index).oom_count += 1
+        return torch.OutOfMemoryError(f"NEURON out of memory on device {index}: {msg.splitlines()[0]}")
+    return e
+
+
+# ---------------------------------------------------------------- registration
+
+
+def validate(op, args, kwargs):
+    """Raise what PyTorch's meta kernel raises for these arguments (nothing without one)."""
+    margs, mkwargs = to_meta(args, kwargs)
+    try:
+        run_meta(op, margs, mkwargs)
+    except NoMeta:
+        pass
