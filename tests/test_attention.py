@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import torchneuron
 from helpers import check
-from torchneuron.ops import attention
+from torchneuron.kernels import attention
 
 TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-10),
        torch.bfloat16: dict(atol=3e-2, rtol=3e-2), torch.float16: dict(atol=3e-3, rtol=3e-3)}

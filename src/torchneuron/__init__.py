@@ -39,16 +39,11 @@ def _register() -> None:
         _setup_privateuseone_for_python_backend(
             "neuron", backend_module=device, hook=_hooks(), device_guard=_guard())
     _patch_storage_methods()
-    from . import ops
+    from . import amp, kernels, ops  # noqa: F401  (amp: autocast kernels)
 
-    ops.load_all()
-    from .ops import memory
-
-    memory.register()
-    dispatch.install()
-    from . import amp
-
-    amp.register()
+    ops.load_all()  # lowerings and their extras (declarations only)
+    kernels.load_all()  # eager kernels (declarations only)
+    dispatch.install()  # every registration with PyTorch, in one place
     from . import dynamo_skip
 
     dynamo_skip.skip_loaded_modules()
@@ -90,7 +85,7 @@ def _patch_storage_methods() -> None:
     from . import storage
 
     def storage_to_neuron(self, device=None, non_blocking=False):
-        from .ops.memory import _index_of
+        from .device import index_of as _index_of
 
         idx = _index_of(torch.device("neuron", device) if isinstance(device, int) else device)
         if self.device.type == "neuron" and self.device.index == idx:
@@ -121,7 +116,7 @@ def _patch_storage_methods() -> None:
 
     def untyped_new(cls, *args, device=None, **kwargs):
         if device is not None and torch.device(device).type == "neuron":
-            from .ops.memory import _index_of
+            from .device import index_of as _index_of
 
             idx = _index_of(torch.device(device))
             if len(args) == 1 and isinstance(args[0], int) and not kwargs:
@@ -138,6 +133,22 @@ def _patch_storage_methods() -> None:
         return base_new(cls, *args, **kwargs)
 
     torch.UntypedStorage.__new__ = untyped_new
+
+
+def set_index_checks(enabled: bool) -> bool:
+    """Turn the eager out-of-range index checks on/off (``TORCHNEURON_INDEX_CHECKS``);
+    returns the previous setting."""
+    from . import lowering
+
+    return lowering.set_index_checks(enabled)
+
+
+def native_ops() -> dict:
+    """{aten overload: Native(kind, family, where)}: every overload that runs natively and
+    why (lowered, variant, eager kernel, compile-only, decomposed at first use)."""
+    from . import dispatch
+
+    return dispatch.natives()
 
 
 def fallback_stats() -> dict:

@@ -156,18 +156,12 @@ def _promote_kernel(op):
     return kernel
 
 
-_libs: list = []
-
-
-def register() -> None:
-    if _libs:
-        return
-    fall = torch.library.Library("_", "IMPL")
-    fall.fallback(torch.library.fallthrough_kernel, _KEY)
-    lib = torch.library.Library("aten", "IMPL")
-    _libs.extend([fall, lib])
+def declare() -> None:
+    """Declare the autocast kernels (dispatch.install registers them)."""
+    from . import dispatch
     from .lowering import resolve
 
+    dispatch.fallthrough(_KEY)  # ops on no list run as they are
     for names, make in ((LOWER_PRECISION, _lower_kernel), (FP32, _fp32_kernel),
                         (FP32_SET_OPT_DTYPE, _fp32_opt_dtype_kernel), (PROMOTE, _promote_kernel)):
         for n in names:
@@ -175,4 +169,7 @@ def register() -> None:
                 op = resolve(n)
             except AttributeError:
                 continue
-            lib.impl(op.name().split("::", 1)[1], make(op), _KEY, allow_override=True)
+            dispatch.declare(op, make(op), key=_KEY)
+
+
+declare()

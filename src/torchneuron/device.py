@@ -58,6 +58,17 @@ def current_device() -> int:
     return _current
 
 
+def index_of(device) -> int:
+    """The device index a `device=` argument of a factory or copy means (None: current)."""
+    if device is None:
+        return _current
+    if isinstance(device, str):
+        device = torch.device(device)
+    idx = device.index if device.index is not None else _current
+    runtime.jax_device(idx)  # validates the ordinal
+    return idx
+
+
 def set_device(device) -> None:
     global _current
     _current = _index(device)

@@ -186,12 +186,49 @@ def get(op):
     return LOWERINGS.get(op)
 
 
-def read_back(fn, *tensors):
-    """For checks: jax function `fn` evaluated on the values of device tensors, as numpy
-    (one cached executable per signature, one host read)."""
+def device_mismatch(a, b):
+    """PyTorch's error for tensors of two devices in one op."""
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"{a} and {b}!"
+    )
+
+
+class AfterMeta(Exception):
+    """Raised by a check: PyTorch's own (meta) errors for the same arguments come first,
+    then `error` (what CPU raises after validating the arguments)."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
+_index_checks = [None]
+
+
+def index_checks() -> bool:
+    """Whether eager index bounds are checked (``TORCHNEURON_INDEX_CHECKS``)."""
+    if _index_checks[0] is None:
+        from . import config
+
+        _index_checks[0] = config.get("TORCHNEURON_INDEX_CHECKS")
+    return _index_checks[0]
+
+
+def set_index_checks(enabled: bool) -> bool:
+    """Turn the eager out-of-range index checks on/off; returns the previous setting."""
+    prev = index_checks()
+    _index_checks[0] = bool(enabled)
+    return prev
+
+
+def read_back(fn, *tensors, static=()):
+    """For checks: ``fn(*values, *static)`` evaluated on the values of device tensors,
+    as numpy (one cached executable per signature, one host read).  `fn` should be a
+    module-level function (it is part of the cache key); `static` hashable values."""
     from . import storage
 
-    return storage.read_back(fn, *tensors)
+    return storage.read_back(fn, *tensors, static=static)
 
 
 # ---------------------------------------------------------------- trace context
@@ -214,6 +251,11 @@ def tracing(meta=None, key=None, device=0):
         yield _ctx
     finally:
         _ctx.meta, _ctx.key, _ctx.device, _ctx.keys_used = saved
+
+
+def trace_device() -> int:
+    """The device index the lowering being traced runs on."""
+    return _ctx.device
 
 
 def out_meta():

@@ -8,6 +8,7 @@ the lowering API only.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ import torch
 from jax import lax
 
 from . import runtime
+from .runtime import jdtype, tdtype  # noqa: F401  (the dtype maps, for lowerings)
 
 # ---------------------------------------------------------------- dtypes
 HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -77,6 +79,33 @@ def canon_dim(dim, ndim):
 
 def canon_dims(dims, ndim):
     return [canon_dim(d, ndim) for d in dims]
+
+
+# ---------------------------------------------------------------- layouts
+def storage_numel(shape, strides, offset=0) -> int:
+    """Elements a storage needs for a view of `shape`/`strides` at `offset`."""
+    if any(s == 0 for s in shape):
+        return offset
+    return offset + 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+
+
+
+# ---------------------------------------------------------------- norms
+def pnorm_last(a, p):
+    """The p-norm over the last axis of non-negative values `a` (|x| or |differences|):
+    p = 0 counts non-zeros, p = inf is the max; an empty axis gives 0."""
+    if a.shape[-1] == 0:
+        return jnp.zeros(a.shape[:-1], a.dtype)
+    if p == 0:
+        return jnp.sum((a != 0).astype(a.dtype), axis=-1)
+    if p == 1:
+        return jnp.sum(a, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=-1))
+    if p == math.inf:
+        return jnp.max(a, axis=-1)
+    return jnp.power(jnp.sum(jnp.power(a, p), axis=-1), 1.0 / p)
+
 
 
 # ---------------------------------------------------------------- values

@@ -21,7 +21,7 @@ from .fallback import (FallbackError, cpu_fallback, decomposition_stats,  # noqa
                        fallback_policy, fallback_stats, reset_fallback_stats, run_on_cpu,
                        set_fallback_policy)
 from .meta import NoMeta, device_mismatch, translate_runtime_error, validate  # noqa: F401
-from .registry import (declare, declared, family, install, kernel, library,  # noqa: F401
-                       natives, registered)
+from .registry import (declare, declared, entry_for, fallthrough, family, install,  # noqa: F401
+                       kernel, library, natives, registered)
 from .schema import (Schema, functional_of, inplace_variants, out_variants,  # noqa: F401
                      schema)

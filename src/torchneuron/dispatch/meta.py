@@ -10,15 +10,9 @@ from __future__ import annotations
 import torch
 
 from .. import storage
+from ..lowering import device_mismatch  # noqa: F401  (re-exported)
 
 Tensor = torch.Tensor
-
-
-def device_mismatch(a, b):
-    return RuntimeError(
-        f"Expected all tensors to be on the same device, but found at least two devices, "
-        f"{a} and {b}!"
-    )
 
 
 def meta_tensor(t):

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from .. import config, lowering
+from .. import lowering
 from ..lowering import LOWERINGS, METAS, DuplicateRegistration, family_of, resolve, where_of
 from . import meta as _meta
 from .entry import Entry, out_kernel
@@ -53,6 +53,7 @@ class _Kernel(NamedTuple):
 _KERNELS: dict = {}  # (op, dispatch key) -> _Kernel, declared by kernels/
 NATIVE: dict = {}  # op -> Native, filled by install() and by decompositions
 _installed: dict = {}  # (op, key) -> fn registered with PyTorch
+_FALLTHROUGH: list = []  # dispatch keys whose unlisted ops fall through (autocast)
 _libs: dict = {}
 
 
@@ -79,6 +80,27 @@ def kernel(*names, key="PrivateUse1"):
         return fn
 
     return deco
+
+
+_entries: dict = {}
+
+
+def entry_for(op, low_op=None, mode=None):
+    """The (shared) Entry that runs `op` with the lowering of `low_op` (default: its
+    own), for eager kernels that add work around a lowered op."""
+    op = resolve(op)
+    low_op = op if low_op is None else resolve(low_op)
+    key = (op, low_op, mode)
+    e = _entries.get(key)
+    if e is None:
+        e = _entries[key] = Entry(op, LOWERINGS[low_op], mode or _mode(schema(op)))
+    return e
+
+
+def fallthrough(key):
+    """Declare that ops without a kernel on `key` skip it (``fallthrough_kernel``)."""
+    if key not in _FALLTHROUGH:
+        _FALLTHROUGH.append(key)
 
 
 def declared(op, key="PrivateUse1") -> bool:
@@ -113,14 +135,18 @@ def with_extras(op, entry, low):
     normalize, check, bounds = low.normalize, low.check, low.bounds
     sch = schema(op)
     pos = {n: i for i, n in enumerate(sch.names)}
-    checks_on = config.get("TORCHNEURON_INDEX_CHECKS")
+    index_checks = lowering.index_checks
 
     def kernel(*args, **kwargs):
         if normalize is not None:
             args, kwargs = normalize(*args, **kwargs)
         if check is not None:
-            check(*args, **kwargs)
-        if bounds is not None and checks_on:
+            try:
+                check(*args, **kwargs)
+            except lowering.AfterMeta as e:
+                _meta.validate(op, args, kwargs)  # PyTorch's own errors first
+                raise e.error from None
+        if bounds is not None and index_checks():
             _check_bounds(op, bounds, sch, pos, args, kwargs)
         return entry(*args, **kwargs)
 
@@ -176,7 +202,11 @@ def install():
                 continue
             op = resolve(qual)
             _impl(op, m.fn, "Meta")
-    # 2. eager kernels
+    # 2. eager kernels (and the keys whose other ops fall through)
+    for key in _FALLTHROUGH:
+        lib = torch.library.Library("_", "IMPL")
+        lib.fallback(torch.library.fallthrough_kernel, key)
+        _libs[("_", key)] = lib
     for (op, key), k in _KERNELS.items():
         _impl(op, k.fn, key)
         if key == "PrivateUse1":
@@ -232,4 +262,3 @@ def family(op) -> str | None:
     return n.family if n is not None else None
 
 
-_ = lowering  # the declarations' layer

@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .. import config
 from ..numerics import cast, opmath
 from ..lowering import lower, meta_kernel
 
@@ -159,81 +158,3 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
         gb = jnp.zeros(attn_bias.shape, acc if attn_bias.dtype != jnp.bool_ else jnp.bool_)
     return (gq if grad_input_mask[0] else None, gk if grad_input_mask[1] else None,
             gv if grad_input_mask[2] else None, gb)
-
-
-# ---------------------------------------------------------------- routing
-_MODE = config.get("TORCHNEURON_SDPA")
-
-
-def _forward_ad_active():
-    """A dual level is open (torch.autograd.forward_ad or torch.func.jvp): the fused op has
-    no forward-mode formula, the math decomposition's ops all do."""
-    from torch.autograd import forward_ad
-
-    return getattr(forward_ad, "_current_level", -1) >= 0
-
-
-def _fusable(q, k, v, attn_mask, dropout_p, enable_gqa):
-    if _MODE == "math" or dropout_p > 0.0 or _forward_ad_active():
-        return False
-    if q.is_nested or k.is_nested or v.is_nested:
-        return False
-    if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
-        return False
-    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
-        return False
-    if q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
-        return False
-    hq, hk = q.shape[-3], k.shape[-3]
-    if hq != hk and not (enable_gqa and hk > 0 and hq % hk == 0):
-        return False
-    if k.shape[-1] != q.shape[-1] or q.shape[-2] == 0 or k.shape[-2] == 0:
-        return False
-    if attn_mask is not None:
-        if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
-            return False
-        try:
-            torch.broadcast_shapes(attn_mask.shape, q.shape[:-1] + (k.shape[-2],))
-        except RuntimeError:
-            return False
-    return True
-
-
-def _sdpa_autograd(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                   scale=None, enable_gqa=False):
-    if is_causal and attn_mask is not None:  # as PyTorch's CPU and math kernels
-        raise RuntimeError(
-            "_scaled_dot_product_attention: Explicit attn_mask should not be set when "
-            "is_causal=True")
-    if not _fusable(query, key, value, attn_mask, dropout_p, enable_gqa):
-        return aten.scaled_dot_product_attention.default.decompose(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-            enable_gqa=enable_gqa)
-    return aten._scaled_dot_product_fused_attention_overrideable.default(
-        query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
-
-
-def _register_kernels():
-    from .. import dispatch
-    from ..lowering import LOWERINGS
-
-    # The forward's meta kernel returns undefined tensors for cum_seq_q/k and the
-    # debug mask, which a Python kernel cannot return for a `Tensor` result:
-    # hand back empty tensors there instead.
-    fwd = aten._scaled_dot_product_fused_attention_overrideable.default
-    if not dispatch.declared(fwd):
-        entry = dispatch.Entry(fwd, LOWERINGS[fwd], "functional")
-
-        def fused_kernel(*args, **kwargs):
-            res = entry(*args, **kwargs)
-            dev = res[0].device
-            return tuple(torch.empty(0, device=dev, dtype=res[0].dtype)
-                         if r is None and i in (2, 3, 8) else r for i, r in enumerate(res))
-
-        dispatch.declare(fwd, fused_kernel)
-
-    dispatch.declare(aten.scaled_dot_product_attention.default, _sdpa_autograd,
-                     key="AutogradPrivateUse1")
-
-
-_register_kernels()

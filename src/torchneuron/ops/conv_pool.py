@@ -21,10 +21,11 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
 from ..numerics import HALF, cast, opmath, round_to, scalar_type_name
-from ..lowering import lower, out_dtype, out_meta
+from ..lowering import index_checks, lower, meta_kernel, out_dtype, out_meta
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -475,64 +476,50 @@ def _max_unpool(x, indices, out_sp):
     return _scatter_flat(x, indices, out_sp, add=False)
 
 
-@lower("max_unpool2d.default")
+def _unpool_check(nd):
+    """PyTorch's CPU shape checks for max_unpool (the meta kernels have none) and its
+    out-of-range index error, which needs one host read (skipped with index checks off)."""
+    name = f"max_unpooling{nd}d"
+
+    def check(x, indices, output_size, *rest):
+        if indices.dtype != torch.int64:
+            raise RuntimeError("elements in indices should be type int64" + (
+                f" but got: {scalar_type_name(indices.dtype)}" if nd == 2 else ""))
+        if len(output_size) != nd:
+            what = "two elements (height, width)" if nd == 2 else \
+                "three elements (depth, height, width)"
+            raise RuntimeError(f"There should be exactly {what} in output_size, but got "
+                               f"{len(output_size)} elements.")
+        if x.dim() not in (nd + 1, nd + 2):
+            raise RuntimeError(f"Input to {name} should be a {nd + 1}d or {nd + 2}d Tensor, "
+                               f"but got a tensor with {x.dim()} dimensions.")
+        if x.shape != indices.shape:
+            raise RuntimeError(f"Expected shape of indices to be same as that of the input "
+                               f"tensor ({list(x.shape)}) but got indices tensor with shape: "
+                               f"{list(indices.shape)}")
+        n_out = math.prod(output_size)
+        if index_checks() and indices.numel():
+            flat = indices.reshape(-1)
+            bad = (flat < 0) | (flat >= n_out)
+            if bool(bad.any().item()):
+                v = int(flat[bad.nonzero()[0, 0]].item())
+                size = "x".join(str(int(s)) for s in output_size)
+                raise RuntimeError(f"Found an invalid max index: {v} (output volumes are of "
+                                   f"size {size})")
+
+    return check
+
+
+@lower("max_unpool2d.default", check=_unpool_check(2))
 def max_unpool2d(x, indices, output_size):
     return _max_unpool(x, indices, tuple(output_size))
 
 
-@lower("max_unpool3d.default")
+@lower("max_unpool3d.default", check=_unpool_check(3))
 def max_unpool3d(x, indices, output_size, stride, padding):
     return _max_unpool(x, indices, tuple(output_size))
 
 
-def _register_unpool_kernels():
-    """Eager kernels: PyTorch's CPU shape checks (the meta kernels have none) and its
-    out-of-range index error, which needs one host read (skipped with index checks off)."""
-    import torch
-
-    from .. import dispatch
-    from ..lowering import LOWERINGS
-
-    aten = torch.ops.aten
-    for op, nd in ((aten.max_unpool2d.default, 2), (aten.max_unpool3d.default, 3)):
-        if dispatch.declared(op):
-            continue
-        entry = dispatch.Entry(op, LOWERINGS[op], "functional")
-
-        def kernel(x, indices, output_size, *rest, _entry=entry, _nd=nd):
-            name = f"max_unpooling{_nd}d"
-            if indices.dtype != torch.int64:
-                raise RuntimeError("elements in indices should be type int64" + (
-                    f" but got: {scalar_type_name(indices.dtype)}" if _nd == 2 else ""))
-            if len(output_size) != _nd:
-                what = "two elements (height, width)" if _nd == 2 else \
-                    "three elements (depth, height, width)"
-                raise RuntimeError(f"There should be exactly {what} in output_size, but got "
-                                   f"{len(output_size)} elements.")
-            if x.dim() not in (_nd + 1, _nd + 2):
-                raise RuntimeError(f"Input to {name} should be a {_nd + 1}d or {_nd + 2}d Tensor, "
-                                   f"but got a tensor with {x.dim()} dimensions.")
-            if x.shape != indices.shape:
-                raise RuntimeError(f"Expected shape of indices to be same as that of the input "
-                                   f"tensor ({list(x.shape)}) but got indices tensor with shape: "
-                                   f"{list(indices.shape)}")
-            from . import indexing  # the eager index-check switch (TORCHNEURON_INDEX_CHECKS)
-
-            n_out = math.prod(output_size)
-            if indexing.index_checks() and indices.numel():
-                flat = indices.reshape(-1)
-                bad = (flat < 0) | (flat >= n_out)
-                if bool(bad.any().item()):
-                    v = int(flat[bad.nonzero()[0, 0]].item())
-                    size = "x".join(str(int(s)) for s in output_size)
-                    raise RuntimeError(f"Found an invalid max index: {v} (output volumes are of "
-                                       f"size {size})")
-            return _entry(x, indices, output_size, *rest)
-
-        dispatch.declare(op, kernel)
-
-
-_register_unpool_kernels()
 
 
 # ---------------------------------------------------------------- fractional max pooling
@@ -623,15 +610,7 @@ def fractional_max_pool3d_backward(grad_output, x, kernel_size, output_size, ind
 
 
 def _frac3d_backward_meta(grad_output, x, kernel_size, output_size, indices):
-    import torch
-
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _register_frac_meta():
-    from ..lowering import meta_kernel
-
-    meta_kernel("fractional_max_pool3d_backward", _frac3d_backward_meta)
-
-
-_register_frac_meta()
+meta_kernel("fractional_max_pool3d_backward", _frac3d_backward_meta)

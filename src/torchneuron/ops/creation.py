@@ -10,14 +10,64 @@ import numpy as _np
 from jax import lax
 
 from ..numerics import cast, convert, round_to
-from ..lowering import LOWERINGS, lower, out_dtype, out_meta
+from ..lowering import lower, out_dtype, out_meta
 
 
 def _shape():
     return tuple(out_meta().shape)
 
 
-@lower("fill.Scalar", "fill.Tensor")
+# ---------------------------------------------------------------- fill value checks (eager)
+# PyTorch converts a fill value with c10::checked_convert: an integer result type refuses a
+# value it cannot hold ("value cannot be converted to type uint8_t without overflow"), a
+# real type refuses a complex value with an imaginary part, ...  The check runs on the
+# Python value before the executable (once per distinct value and dtype).
+_fill_ok: dict = {}
+
+
+def _check_fill_value(value, dtype, numel):
+    if isinstance(value, torch.Tensor) or value is None:
+        return
+    n = min(int(numel), 2)  # CPU fills one element through a path without the float checks
+    key = (type(value), repr(value), dtype, n)
+    if key in _fill_ok:
+        return
+    torch.empty(n, dtype=dtype).fill_(value)  # raises PyTorch's own error
+    if len(_fill_ok) > 4096:
+        _fill_ok.clear()
+    _fill_ok[key] = True
+
+
+def _fill_check(self, value):
+    _check_fill_value(value, self.dtype, self.numel())
+
+
+def _full_check(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    if not isinstance(fill_value, torch.Tensor):
+        _check_fill_value(fill_value, dtype or torch.tensor(fill_value).dtype, math.prod(size))
+
+
+def _full_like_check(self, fill_value, *, dtype=None, **kwargs):
+    _check_fill_value(fill_value, dtype or self.dtype, self.numel())
+
+
+def _scalar_tensor_check(s, *, dtype=None, **kwargs):
+    _check_fill_value(s, dtype or torch.get_default_dtype(), 1)
+
+
+def _arange_check(*args, dtype=None, **kwargs):
+    """int64 truncates the arguments before the length is computed; a step that truncates
+    to 0 is refused like torch 2.13's CPU does (torch 2.11's meta kernel divides by it;
+    its CPU kernel dies of SIGFPE)."""
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+    vals = [v.item() if isinstance(v, torch.Tensor) else v for v in (start, end, step)]
+    ints = all(isinstance(v, int) for v in vals)
+    if (dtype == torch.int64 or ints) and isinstance(vals[2], (int, float)) \
+            and math.isfinite(vals[2]) and vals[2] != 0 and int(vals[2]) == 0:
+        raise ValueError("step must be nonzero")
+
+
+@lower("fill.Scalar", "fill.Tensor", check=_fill_check)
 def fill(x, value):
     return jnp.broadcast_to(cast(jnp.asarray(value), x.dtype), x.shape)
 
@@ -27,7 +77,7 @@ def zero(x):
     return jnp.zeros_like(x)
 
 
-@lower("full.default")
+@lower("full.default", check=_full_check)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
     dt = out_dtype()
     return jnp.broadcast_to(cast(jnp.asarray(fill_value), dt), _shape())
@@ -49,12 +99,12 @@ def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.ones(_shape(), out_dtype())
 
 
-@lower("scalar_tensor.default")
+@lower("scalar_tensor.default", check=_scalar_tensor_check)
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     return cast(jnp.asarray(s), out_dtype())
 
 
-@lower("full_like.default")
+@lower("full_like.default", check=_full_like_check)
 def full_like(x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
               memory_format=None):
     return jnp.broadcast_to(cast(jnp.asarray(fill_value), out_dtype()), x.shape)
@@ -73,7 +123,8 @@ def ones_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memor
 _F16, _BF16 = jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)
 
 
-@lower("arange.start_step", "arange.start", "arange.default", static=("start", "end", "step"))
+@lower("arange.start_step", "arange.start", "arange.default", static=("start", "end", "step"),
+       check=_arange_check)
 def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     # PyTorch's CPU kernel: start + step * i in acc_type (double for float/double, float for
     # half/bfloat16, int64 for integers), rounded once to the result type
@@ -228,121 +279,3 @@ lower("tril_indices.default", static=("row", "col", "offset"))(_tri_idx(_np.tril
 lower("triu_indices.default", static=("row", "col", "offset"))(_tri_idx(_np.triu_indices))
 
 
-# ---------------------------------------------------------------- fill value checks (eager)
-# PyTorch converts a fill value with c10::checked_convert: an integer result type refuses a
-# value it cannot hold ("value cannot be converted to type uint8_t without overflow"), a
-# real type refuses a complex value with an imaginary part, ...  The check runs on the
-# Python value before the executable (once per distinct value and dtype).
-_fill_ok: dict = {}
-
-
-def _check_fill_value(value, dtype, numel):
-    if isinstance(value, torch.Tensor) or value is None:
-        return
-    n = min(int(numel), 2)  # CPU fills one element through a path without the float checks
-    key = (type(value), repr(value), dtype, n)
-    if key in _fill_ok:
-        return
-    torch.empty(n, dtype=dtype).fill_(value)  # raises PyTorch's own error
-    if len(_fill_ok) > 4096:
-        _fill_ok.clear()
-    _fill_ok[key] = True
-
-
-def _register_fill_checks():
-    from .. import dispatch
-
-    aten = torch.ops.aten
-    entries = {}
-
-    def entry(op, low_op, mode="functional"):
-        e = entries.get(op)
-        if e is None:
-            e = entries[op] = dispatch.Entry(op, LOWERINGS[low_op], mode)
-        return e
-
-    def fill_k(self, value):
-        _check_fill_value(value, self.dtype, self.numel())
-        return entry(aten.fill.Scalar, aten.fill.Scalar)(self, value)
-
-    def fill_inplace_k(self, value):
-        _check_fill_value(value, self.dtype, self.numel())
-        return entry(aten.fill_.Scalar, aten.fill.Scalar, "inplace")(self, value)
-
-    def full_k(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-        if not isinstance(fill_value, torch.Tensor):
-            _check_fill_value(fill_value, dtype or torch.tensor(fill_value).dtype,
-                              math.prod(size))
-        return entry(aten.full.default, aten.full.default)(
-            size, fill_value, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
-
-    def full_like_k(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
-                    memory_format=None):
-        _check_fill_value(fill_value, dtype or self.dtype, self.numel())
-        return entry(aten.full_like.default, aten.full_like.default)(
-            self, fill_value, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
-            memory_format=memory_format)
-
-    def scalar_tensor_k(s, *, dtype=None, layout=None, device=None, pin_memory=None):
-        _check_fill_value(s, dtype or torch.get_default_dtype(), 1)
-        return entry(aten.scalar_tensor.default, aten.scalar_tensor.default)(
-            s, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
-
-    # out= forms of the range factories: computed in out's dtype; out is resized only when
-    # its number of elements differs (PyTorch's CPU kernels keep a same-numel shape)
-    def _into(out, r, keep_shape=True):
-        if out.device.type != "neuron":
-            raise dispatch.device_mismatch("neuron:0", out.device)
-        if not keep_shape or out.numel() != r.numel():
-            out.resize_(tuple(r.shape))
-        out.copy_(r.reshape(out.shape))
-        return out
-
-    def _arange_k(op):
-        def k(*args, dtype=None, layout=None, device=None, pin_memory=None):
-            start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
-            # int64 truncates the arguments before the length is computed; a step that
-            # truncates to 0 is refused like torch 2.13's CPU does (torch 2.11's meta
-            # kernel divides by it; its CPU kernel dies of SIGFPE)
-            vals = [v.item() if isinstance(v, torch.Tensor) else v for v in (start, end, step)]
-            ints = all(isinstance(v, int) for v in vals)
-            if (dtype == torch.int64 or ints) and isinstance(vals[2], (int, float)) \
-                    and math.isfinite(vals[2]) and vals[2] != 0 and int(vals[2]) == 0:
-                raise ValueError("step must be nonzero")
-            return entry(op, op)(*args, dtype=dtype, layout=layout, device=device,
-                                 pin_memory=pin_memory)
-        return k
-
-    def arange_out_k(*args, out):
-        start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
-        r = aten.arange.start_step(start, end, step, dtype=out.dtype, device=out.device)
-        return _into(out, r)
-
-    def linspace_out_k(start, end, steps, *, out):
-        r = aten.linspace.default(start, end, steps, dtype=out.dtype, device=out.device)
-        return _into(out, r)
-
-    def logspace_out_k(start, end, steps, base=10.0, *, out):
-        r = aten.logspace.default(start, end, steps, base, dtype=out.dtype, device=out.device)
-        return _into(out, r)
-
-    def eye_out_k(n, m=None, *, out):
-        r = aten.eye.m(n, n if m is None else m, dtype=out.dtype, device=out.device)
-        return _into(out, r, keep_shape=False)
-
-    for op in (aten.arange.start_step, aten.arange.start, aten.arange.default):
-        dispatch.declare(op, _arange_k(op))
-    dispatch.declare(aten.arange.start_out, arange_out_k)
-    dispatch.declare(aten.arange.out, arange_out_k)
-    dispatch.declare(aten.linspace.out, linspace_out_k)
-    dispatch.declare(aten.logspace.out, logspace_out_k)
-    dispatch.declare(aten.eye.out, eye_out_k)
-    dispatch.declare(aten.eye.m_out, eye_out_k)
-    dispatch.declare(aten.fill.Scalar, fill_k)
-    dispatch.declare(aten.fill_.Scalar, fill_inplace_k)
-    dispatch.declare(aten.full.default, full_k)
-    dispatch.declare(aten.full_like.default, full_like_k)
-    dispatch.declare(aten.scalar_tensor.default, scalar_tensor_k)
-
-
-_register_fill_checks()

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import torch
 
 from .. import lowering
-from ..numerics import convert, opmath
-from ..lowering import LOWERINGS, lower, meta_kernel, out_meta, resolve
+from ..numerics import convert, jdtype, opmath
+from ..lowering import LOWERINGS, lower, meta_kernel, out_meta, resolve, trace_device
 
 aten = torch.ops.aten
 
@@ -38,7 +38,7 @@ def _each(op_name, n, make_args, kwargs=None):
     if low is None:
         raise NotImplementedError(f"torchneuron: foreach needs a lowering of aten::{op_name}")
     metas = _metas()
-    dev = lowering._ctx.device
+    dev = trace_device()
     out = []
     for i in range(n):
         with lowering.tracing(meta=None if metas is None else metas[i], key=None, device=dev):
@@ -90,9 +90,7 @@ def foreach_norm(self, ord=2, dtype=None):
 def foreach_powsum(self, ord=2, dtype=None):
     def one(x):
         if dtype is not None:
-            from .. import runtime
-
-            x = x.astype(runtime.jdtype(dtype))
+            x = x.astype(jdtype(dtype))
         a = jnp.abs(x)
         if ord == 0:
             return jnp.sum((a != 0).astype(a.dtype))
@@ -201,7 +199,7 @@ def _addc(name):
         low = LOWERINGS[resolve(op)]
         for i in range(len(self)):
             with lowering.tracing(meta=None if metas is None else metas[i], key=None,
-                                  device=lowering._ctx.device):
+                                  device=trace_device()):
                 out.append(low.fn(self[i], tensor1[i], tensor2[i], value=scalars[i]))
         return out
 
@@ -386,86 +384,18 @@ def fused_adagrad(self, grads, state_sums, state_steps, *, lr, lr_decay, weight_
     return [new_p, new_grads, new_s]
 
 
-# ---------------------------------------------------------------- eager kernels
-def _register():
-    from .. import dispatch
-
-    # fused in-place optimizer ops without a Meta kernel: a no-op one (they return nothing),
-    # so the executable builder (and FakeTensor tracing) can run them
-    for name in ("_fused_sgd_.default", "_fused_sgd_.tensor_lr", "_fused_adagrad_.default",
-                 "_fused_adagrad_.tensor_lr", "_fused_adamw_.default", "_fused_adamw_.tensor_lr",
-                 "_fused_adam_.default", "_fused_adam_.tensor_lr"):
-        try:
-            resolve(name)
-        except AttributeError:
-            continue
-        meta_kernel(name.removesuffix(".default"), _noop_meta)
-
-    # _foreach_addc{mul,div}.Tensor: PyTorch reads the packed scalars (a CPU tensor) on the
-    # host and runs the ScalarList overload; so do we
-    for name in ("addcmul", "addcdiv"):
-        for suffix in ("", "_"):
-            packet = getattr(aten, f"_foreach_{name}{suffix}")
-            op = packet.Tensor
-            target = packet.ScalarList
-            dispatch.declare(op, _tensor_scalars_kernel(target))
-    register_out_kernels()
-
-
-def register_out_kernels():
-    """_foreach_*.<overload>_out: the functional result copied into each `out` tensor."""
-    from .. import dispatch
-
-    for op in list(LOWERINGS):
-        pname = op._schema.name.split("::")[1]
-        if not pname.startswith("_foreach_") or pname.endswith("_"):
-            continue
-        packet = getattr(aten, pname)
-        want = [(a.name, str(a.type)) for a in op._schema.arguments]
-        for ov in packet.overloads():
-            cand = getattr(packet, ov)
-            args = cand._schema.arguments
-            if not args or args[-1].name != "out" or \
-                    [(a.name, str(a.type)) for a in args[:-1]] != want:
-                continue
-            dispatch.declare(cand, _foreach_out_kernel(op))
-
-
-def _foreach_out_kernel(func):
-    def kernel(*args, out, **kwargs):
-        res = func(*args, **kwargs)
-        if len(out) != len(res):
-            raise RuntimeError(f"Tensor lists must have the same number of tensors, got "
-                               f"{len(out)} and {len(res)}")
-        for o, r in zip(out, res):
-            if tuple(o.shape) != tuple(r.shape):
-                from .. import dispatch
-
-                dispatch.resize_output(o, r.shape)
-            o.copy_(r)
-
-    return kernel
-
-
+# ---------------------------------------------------------------- meta kernels
 def _noop_meta(*args, **kwargs):
     return None
 
 
-def _tensor_scalars_kernel(target):
-    def kernel(self, tensor1, tensor2, scalars):
-        if scalars.device.type != "cpu":
-            raise RuntimeError(f"Expected scalars to be on CPU, got {scalars.device} instead.")
-        if not scalars.is_contiguous():
-            raise RuntimeError("Expected scalars to be contiguous.")
-        if scalars.dim() != 1:
-            raise RuntimeError(f"Expected packed scalar Tensor to be of dimension 1. Got "
-                               f"{scalars.dim()} instead.")
-        if scalars.size(0) != len(self):
-            raise RuntimeError(f"Expected length of scalars to match input of length {len(self)} "
-                               f"but got {scalars.size(0)} instead.")
-        return target(self, tensor1, tensor2, scalars.tolist())
-
-    return kernel
-
-
-_register()
+# fused in-place optimizer ops without a Meta kernel: a no-op one (they return nothing),
+# so the executable builder (and FakeTensor tracing) can run them
+for _name in ("_fused_sgd_.default", "_fused_sgd_.tensor_lr", "_fused_adagrad_.default",
+              "_fused_adagrad_.tensor_lr", "_fused_adamw_.default", "_fused_adamw_.tensor_lr",
+              "_fused_adam_.default", "_fused_adam_.tensor_lr"):
+    try:
+        resolve(_name)
+    except AttributeError:
+        continue
+    meta_kernel(_name.removesuffix(".default"), _noop_meta)

@@ -2,19 +2,16 @@
 embedding, and the data-dependent ops (nonzero, masked_select, x[mask]).
 
 Lowerings are pure jax and serve eager and compiled execution.  In eager mode
-each op that reads indices is wrapped in a kernel that first checks the
-indices are in range (one small device reduction read back to the host: a
-sync, as CUDA's device-side assert is) and raises PyTorch's error; set
-``TORCHNEURON_INDEX_CHECKS=0`` (or :func:`set_index_checks`) to skip the check.
-Inside the lowerings out-of-range gathers fill (NaN / the minimum integer) and
-out-of-range scatters are dropped, so a compiled graph never reads or writes
-outside a buffer.
+each op that reads indices declares its index arguments (the ``bounds`` extra):
+dispatch first checks they are in range (one small device reduction read back
+to the host: a sync, as CUDA's device-side assert is) and raises PyTorch's
+error; set ``TORCHNEURON_INDEX_CHECKS=0`` (or ``torchneuron.set_index_checks``)
+to skip the check.  Inside the lowerings out-of-range gathers fill (NaN / the
+minimum integer) and out-of-range scatters are dropped, so a compiled graph
+never reads or writes outside a buffer.
 
-Data-dependent output shapes (``nonzero``, ``masked_select``, ``x[mask]``)
-count on the device, read the count (a sync), then run an executable whose
-output size is the count rounded up to a power of two; the result is a view
-of the first ``count`` rows.  This keeps the number of compiled executables
-logarithmic in the tensor size.
+The data-dependent ops (``nonzero``, ``masked_select``, ``x[mask]``) and the
+mask forms of ``index``/``index_put`` are eager kernels (kernels/indexing.py).
 """
 from __future__ import annotations
 
@@ -22,28 +19,80 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from jax import lax
 
-from .. import config, dispatch, storage
-from ..numerics import canon_dim, cast, scalar_type_name
-from ..lowering import LOWERINGS, lower, out_meta, resolve
+from ..lowering import AfterMeta, index_checks, lower, out_meta, read_back
+from ..numerics import canon_dim, cast, pnorm_last
 
 aten = torch.ops.aten
 
-_checks = config.get("TORCHNEURON_INDEX_CHECKS")
+
+# ---------------------------------------------------------------- eager extras
+# Index bounds: each finder names the index arguments of an op and their [lo, hi)
+# (dispatch reads them back once and raises PyTorch's error for the first bad one).
+def index_error(dim, size, kind=IndexError, prefix=""):
+    """PyTorch's error for an out-of-range index (built once the bad value is known)."""
+    return lambda v: kind(f"{prefix}index {v} is out of bounds for dimension {dim} with size {size}")
 
 
-def set_index_checks(enabled: bool) -> bool:
-    """Turn the eager out-of-range index checks on/off; returns the previous setting."""
-    global _checks
-    prev, _checks = _checks, bool(enabled)
-    return prev
+def _range_err(kind=IndexError):
+    return lambda v: kind("index out of range in self")
 
 
-def index_checks() -> bool:
-    return _checks
+def _dim_size(t, dim):
+    if t.dim() == 0:
+        return 1
+    return t.shape[dim]
+
+
+def _gather_like(kind):
+    def finder(arg):
+        x, dim, index = arg("self"), arg("dim"), arg("index")
+        dim = canon_dim(dim, x.dim())
+        n = _dim_size(x, dim)
+        return [(index, 0, n, index_error(dim, n, kind))]
+    return finder
+
+
+def _along(lo_wrap, make):
+    def finder(arg):
+        x, dim, index = arg("self"), arg("dim"), arg("index")
+        dim = canon_dim(dim, x.dim())
+        n = _dim_size(x, dim)
+        return [(index, -n if lo_wrap else 0, n, make(dim, n))]
+    return finder
+
+
+def _flat_finder(arg):
+    x, index = arg("self"), arg("index")
+    n = x.numel()
+    return [(index, -n, n, lambda v: IndexError(
+        f"out of range: tried to access index {v} on a tensor of {n} elements."))]
+
+
+def _emb_finder(arg):
+    w, indices = arg("weight"), arg("indices")
+    return [(indices, 0, w.shape[0], _range_err())]
+
+
+def _bag_finder(arg):
+    w, indices = arg("weight"), arg("indices")
+    n = w.shape[0]
+    return [(indices, 0, n, lambda v: IndexError("index out of range in self"))]
+
+
+def _masked_scatter_check(self, mask, source):
+    """CPU's error when the mask selects more elements than source has (one host read)."""
+    if not index_checks() or not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool \
+            or mask.device.type != "neuron":
+        return
+    try:
+        n = math.prod(torch.broadcast_shapes(tuple(self.shape), tuple(mask.shape)))
+    except RuntimeError:
+        return
+    if source.numel() < n and int(read_back(jnp.count_nonzero, mask)) > source.numel():
+        raise AfterMeta(RuntimeError("Number of elements of source < number of ones in mask"))
 
 
 # ---------------------------------------------------------------- small helpers
@@ -180,7 +229,7 @@ def _unsafe_masked_index_put_accumulate(x, mask, indices, values):
 
 
 # ---------------------------------------------------------------- gather / scatter
-@lower("gather.default")
+@lower("gather.default", bounds=_gather_like(RuntimeError))
 def gather(x, dim, index, *, sparse_grad=False):
     shape = _out_shape()
     x1, i1 = _as1(x), _as1(index)
@@ -216,22 +265,22 @@ def _scatter(x, dim, index, src, reduce):
     return r.reshape(x.shape)
 
 
-@lower("scatter.src", "scatter.value")
+@lower("scatter.src", "scatter.value", bounds=_gather_like(RuntimeError))
 def scatter(x, dim, index, src=None, value=None):
     return _scatter(x, dim, index, src if src is not None else value, None)
 
 
-@lower("scatter.reduce", "scatter.value_reduce")
+@lower("scatter.reduce", "scatter.value_reduce", bounds=_gather_like(RuntimeError))
 def scatter_reduce_legacy(x, dim, index, src=None, value=None, *, reduce):
     return _scatter(x, dim, index, src if src is not None else value, reduce)
 
 
-@lower("scatter_add.default")
+@lower("scatter_add.default", bounds=_gather_like(RuntimeError))
 def scatter_add(x, dim, index, src):
     return _scatter(x, dim, index, src, "add")
 
 
-@lower("scatter_reduce.two")
+@lower("scatter_reduce.two", bounds=_gather_like(RuntimeError))
 def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     x1, i1 = _as1(x), _as1(index)
     dim = canon_dim(dim, x.ndim)
@@ -243,7 +292,7 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
 
 
 # ---------------------------------------------------------------- index_* along a dim
-@lower("index_select.default")
+@lower("index_select.default", bounds=_along(False, lambda d, n: _range_err()))
 def index_select(x, dim, index):
     shape = _out_shape()
     x1 = _as1(x)
@@ -258,7 +307,7 @@ def _src_along(src, x1, dim, n):
     return jnp.broadcast_to(jnp.asarray(src).reshape(shape) if jnp.ndim(src) else src, shape)
 
 
-@lower("index_add.default")
+@lower("index_add.default", bounds=_along(False, lambda d, n: index_error(d, n, RuntimeError)))
 def index_add(x, dim, index, source, *, alpha=1):
     x1 = _as1(x)
     dim = canon_dim(dim, x.ndim)
@@ -274,7 +323,8 @@ def index_add(x, dim, index, source, *, alpha=1):
     return _fix_bool(r, x.dtype).reshape(x.shape)
 
 
-@lower("index_copy.default")
+@lower("index_copy.default",
+       bounds=_along(False, lambda d, n: index_error(d, n, IndexError, "index_copy_(): ")))
 def index_copy(x, dim, index, source):
     x1 = _as1(x)
     dim = canon_dim(dim, x.ndim)
@@ -284,7 +334,8 @@ def index_copy(x, dim, index, source):
     return r.reshape(x.shape)
 
 
-@lower("index_fill.int_Scalar", "index_fill.int_Tensor")
+@lower("index_fill.int_Scalar", "index_fill.int_Tensor",
+       bounds=_along(True, lambda d, n: index_error(d, n)))
 def index_fill(x, dim, index, value):
     x1 = _as1(x)
     dim = canon_dim(dim, x.ndim)
@@ -294,7 +345,7 @@ def index_fill(x, dim, index, value):
     return r.reshape(x.shape)
 
 
-@lower("index_reduce.default")
+@lower("index_reduce.default", bounds=_along(False, lambda d, n: _range_err()))
 def index_reduce(x, dim, index, source, reduce, *, include_self=True):
     x1 = _as1(x)
     dim = canon_dim(dim, x.ndim)
@@ -317,7 +368,7 @@ def _masked_positions(m):
     return jnp.cumsum(m.astype(jnp.int64)) - 1
 
 
-@lower("masked_scatter.default")
+@lower("masked_scatter.default", check=_masked_scatter_check)
 def masked_scatter(x, mask, source):
     shape = _out_shape()
     xb = jnp.broadcast_to(x, shape).reshape(-1)
@@ -341,12 +392,12 @@ def masked_scatter_backward(grad_output, mask, sizes):
 
 
 # ---------------------------------------------------------------- take / put
-@lower("take.default")
+@lower("take.default", bounds=_flat_finder)
 def take(x, index):
     return x.reshape(-1).at[index].get(mode="fill")
 
 
-@lower("put.default")
+@lower("put.default", bounds=_flat_finder)
 def put(x, index, source, accumulate=False):
     flat = x.reshape(-1)
     i = jnp.asarray(index).reshape(-1)
@@ -359,7 +410,7 @@ def put(x, index, source, accumulate=False):
 
 
 # ---------------------------------------------------------------- embedding
-@lower("embedding.default")
+@lower("embedding.default", bounds=_emb_finder)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     return weight.at[indices].get(mode="fill", wrap_negative_indices=False)
 
@@ -373,8 +424,6 @@ def embedding_renorm(weight, indices, max_norm, norm_type):
     half = jnp.dtype(dt) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
     acc = jnp.float32 if half else dt
     w = weight.astype(acc)
-    from .reduction import pnorm_last
-
     norm = pnorm_last(jnp.abs(w), float(norm_type))
     if half:
         norm = norm.astype(dt)
@@ -427,7 +476,7 @@ def _bag_ends(offsets, n, nb, include_last_offset):
     return starts, ends
 
 
-@lower("_embedding_bag.default", "_embedding_bag_forward_only.default")
+@lower("_embedding_bag.default", "_embedding_bag_forward_only.default", bounds=_bag_finder)
 def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                    per_sample_weights=None, include_last_offset=False, padding_idx=-1):
     if indices.ndim == 2:  # 2-D input: fixed-size bags
@@ -552,498 +601,3 @@ def nonzero_static(x, *, size, fill_value=-1):
     return jnp.stack([i.astype(jnp.int64) for i in idx], axis=-1)
 
 
-# ================================================================ eager kernels
-# Everything below runs outside the lowerings: bounds checks, bool masks, and
-# the data-dependent ops.  Device work is done by small cached jitted functions
-# over the cells' flat arrays.
-_fns: dict = {}
-_FNS_MAX = 4096
-
-
-def _jit(key, build):
-    f = _fns.get(key)
-    if f is None:
-        if len(_fns) > _FNS_MAX:
-            _fns.clear()
-        f = _fns[key] = jax.jit(build())
-    return f
-
-
-def _cells(ts):
-    cells = [storage.cell_of(t) for t in ts]
-    specs = tuple(storage.view_spec(t) for t in ts)
-    sig = tuple((c.arr.dtype, c.arr.shape[0]) for c in cells)
-    return [c.arr for c in cells], specs, sig
-
-
-def _idx_of(t):
-    return t.device.index if t.device.index is not None else 0
-
-
-def _bad_on_device(ts, bounds):
-    """[(any_bad, first_bad_value)] for neuron index tensors `ts` and (lo, hi) bounds."""
-    arrs, specs, sig = _cells(ts)
-
-    def build():
-        def fn(*flat):
-            rows = []
-            for a, spec, (lo, hi) in zip(flat, specs, bounds):
-                v = storage.read_view(a, spec).reshape(-1).astype(jnp.int64)
-                bad = (v < lo) | (v >= hi)
-                j = jnp.argmax(bad)
-                rows.append(jnp.stack([bad[j].astype(jnp.int64), v[j]]))
-            return jnp.stack(rows)
-        return fn
-
-    f = _jit(("bounds", specs, sig, tuple(bounds)), build)
-    return np.asarray(f(*arrs)).tolist()
-
-
-def _first_bad(items):
-    """items: [(index tensor, lo, hi, make_error)]; the error for the first bad index or None."""
-    dev, dev_b, dev_err = [], [], []
-    for t, lo, hi, err in items:
-        if t is None or not isinstance(t, torch.Tensor) or t.numel() == 0:
-            continue
-        if t.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            continue
-        if t.device.type == "neuron":
-            dev.append(t)
-            dev_b.append((int(lo), int(hi)))
-            dev_err.append(err)
-        else:
-            v = t.reshape(-1).to(torch.int64)
-            bad = (v < lo) | (v >= hi)
-            if bool(bad.any()):
-                return err(int(v[bad.nonzero()[0, 0]]))
-    if dev:
-        for (anyb, val), err in zip(_bad_on_device(dev, dev_b), dev_err):
-            if anyb:
-                return err(int(val))
-    return None
-
-
-def _meta_validate(op, args, kwargs):
-    dispatch.validate(op, args, kwargs)
-
-
-def _oob(dim, size, kind=IndexError, prefix=""):
-    return lambda v: kind(f"{prefix}index {v} is out of bounds for dimension {dim} with size {size}")
-
-
-def _range_err(kind=IndexError):
-    return lambda v: kind("index out of range in self")
-
-
-def _guarded(op, low_op, mode, finder):
-    """A kernel: check indices with `finder`, then run the lowering of `low_op`."""
-    entry = dispatch.Entry(op, LOWERINGS[low_op], mode)
-    sch = dispatch.schema(op)
-    pos = {n: i for i, n in enumerate(sch.names)}
-
-    def kernel(*args, **kwargs):
-        if _checks:
-            def arg(name):
-                return sch.arg(args, kwargs, pos[name])
-            try:
-                items = finder(arg)
-            except Exception:  # noqa: BLE001  malformed arguments: the meta kernel reports them
-                items = None
-            if items:
-                err = _first_bad(items)
-                if err is not None:
-                    _meta_validate(op, args, kwargs)
-                    raise err
-        return entry(*args, **kwargs)
-
-    kernel.__name__ = f"neuron_{op.name().split('::')[1]}"
-    return kernel
-
-
-def _inplace_of(op):
-    packet = op._schema.name.split("::")[1]
-    ip = getattr(aten, packet + "_", None)
-    if ip is None:
-        return None
-    return getattr(ip, op._overloadname, None)
-
-
-def _guard(name, finder):
-    fop = resolve(name)
-    dispatch.declare(fop, _guarded(fop, fop, "functional", finder))
-    ip = _inplace_of(fop)
-    if ip is not None and dispatch.functional_of(ip) is fop:
-        dispatch.declare(ip, _guarded(ip, fop, "inplace", finder))
-
-
-def _dim_size(t, dim):
-    if t.dim() == 0:
-        return 1
-    return t.shape[dim]
-
-
-def _gather_like(kind):
-    def finder(arg):
-        x, dim, index = arg("self"), arg("dim"), arg("index")
-        dim = canon_dim(dim, x.dim())
-        n = _dim_size(x, dim)
-        return [(index, 0, n, _oob(dim, n, kind))]
-    return finder
-
-
-for _n in ("gather.default", "scatter.src", "scatter.value", "scatter.reduce",
-           "scatter.value_reduce", "scatter_add.default", "scatter_reduce.two"):
-    _guard(_n, _gather_like(RuntimeError))
-
-
-def _along(lo_wrap, make):
-    def finder(arg):
-        x, dim, index = arg("self"), arg("dim"), arg("index")
-        dim = canon_dim(dim, x.dim())
-        n = _dim_size(x, dim)
-        return [(index, -n if lo_wrap else 0, n, make(dim, n))]
-    return finder
-
-
-_guard("index_select.default", _along(False, lambda d, n: _range_err()))
-_guard("index_add.default", _along(False, lambda d, n: _oob(d, n, RuntimeError)))
-_guard("index_copy.default", _along(False, lambda d, n: _oob(d, n, IndexError, "index_copy_(): ")))
-_guard("index_fill.int_Scalar", _along(True, lambda d, n: _oob(d, n)))
-_guard("index_fill.int_Tensor", _along(True, lambda d, n: _oob(d, n)))
-_guard("index_reduce.default", _along(False, lambda d, n: _range_err()))
-
-
-def _flat_finder(arg):
-    x, index = arg("self"), arg("index")
-    n = x.numel()
-    return [(index, -n, n, lambda v: IndexError(
-        f"out of range: tried to access index {v} on a tensor of {n} elements."))]
-
-
-_guard("take.default", _flat_finder)
-_guard("put.default", _flat_finder)
-
-
-def _emb_finder(arg):
-    w, indices = arg("weight"), arg("indices")
-    return [(indices, 0, w.shape[0], _range_err())]
-
-
-_guard("embedding.default", _emb_finder)
-
-
-def _bag_finder(arg):
-    w, indices = arg("weight"), arg("indices")
-    n = w.shape[0]
-    return [(indices, 0, n, lambda v: IndexError("index out of range in self"))]
-
-
-_guard("_embedding_bag.default", _bag_finder)
-_guard("_embedding_bag_forward_only.default", _bag_finder)
-
-
-# ---------------------------------------------------------------- counting (sync)
-def _count(t):
-    """Number of nonzero elements of a neuron tensor (reads one number: a sync)."""
-    arrs, specs, sig = _cells([t])
-
-    def build():
-        return lambda a: jnp.count_nonzero(storage.read_view(a, specs[0]))
-
-    return int(np.asarray(_jit(("count", specs, sig), build)(*arrs)))
-
-
-def _bucket(count, cap):
-    if count <= 0:
-        return 0
-    return min(1 << (count - 1).bit_length(), cap)
-
-
-def _result(arr_flat, dtype, shape, index, bucket_rows_numel):
-    """A contiguous tensor `shape` over a (possibly larger) flat buffer."""
-    nbytes = max(bucket_rows_numel, 0) * dtype.itemsize
-    return storage.make_tensor(arr_flat, dtype, tuple(shape), storage.contiguous_strides(shape),
-                               0, index, nbytes)
-
-
-def _empty(shape, dtype, index):
-    return storage.empty(tuple(shape), dtype, index)
-
-
-def _to_device(t, like):
-    if t.device.type == "neuron":
-        return t
-    return t.to(like.device)
-
-
-def nonzero(self):
-    if self.device.type != "neuron":
-        raise dispatch.device_mismatch("neuron:0", self.device)
-    index = _idx_of(self)
-    nd = self.dim()
-    if self.numel() == 0:
-        return _empty((0, nd), torch.int64, index)
-    count = _count(self)
-    if nd == 0:
-        return _empty((count, 0), torch.int64, index)
-    b = _bucket(count, self.numel())
-    if b == 0:
-        return _empty((0, nd), torch.int64, index)
-    arrs, specs, sig = _cells([self])
-
-    def build():
-        def fn(a):
-            v = storage.read_view(a, specs[0])
-            idx = jnp.nonzero(v, size=b, fill_value=0)
-            return jnp.stack([i.astype(jnp.int64) for i in idx], axis=-1).reshape(-1)
-        return fn
-
-    flat = _jit(("nonzero", specs, sig, b), build)(*arrs)
-    return _result(flat, torch.int64, (count, nd), index, b * nd)
-
-
-def masked_select(self, mask):
-    if mask.dtype != torch.bool:
-        raise RuntimeError("masked_select: expected BoolTensor for mask")
-    for t in (self, mask):
-        if t.device.type != "neuron" and t.dim() != 0:
-            raise dispatch.device_mismatch("neuron:0", t.device)
-    self = _to_device(self, mask) if self.device.type != "neuron" else self
-    mask = _to_device(mask, self)
-    mb, sb = torch.broadcast_tensors(mask, self)  # views; PyTorch's broadcast errors
-    index = _idx_of(self)
-    n = sb.numel()
-    if n == 0:
-        return _empty((0,), self.dtype, index)
-    count = _count(mb)
-    b = _bucket(count, n)
-    if b == 0:
-        return _empty((0,), self.dtype, index)
-    arrs, specs, sig = _cells([sb, mb])
-
-    def build():
-        def fn(a, m):
-            v = storage.read_view(a, specs[0]).reshape(-1)
-            mm = storage.read_view(m, specs[1]).reshape(-1)
-            (i,) = jnp.nonzero(mm, size=b, fill_value=0)
-            return v[i]
-        return fn
-
-    flat = _jit(("masked_select", specs, sig, b), build)(*arrs)
-    return _result(flat, self.dtype, (count,), index, b)
-
-
-def _masked_scatter_kernel(op, mode):
-    entry = dispatch.Entry(op, LOWERINGS[aten.masked_scatter.default], mode)
-
-    def kernel(self, mask, source):
-        if _checks and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool \
-                and mask.device.type == "neuron":
-            try:
-                n = math.prod(torch.broadcast_shapes(tuple(self.shape), tuple(mask.shape)))
-            except RuntimeError:
-                n = None
-            if n is not None and source.numel() < n and _count(mask) > source.numel():
-                _meta_validate(op, (self, mask, source), {})
-                raise RuntimeError("Number of elements of source < number of ones in mask")
-        return entry(self, mask, source)
-
-    return kernel
-
-
-dispatch.declare(aten.masked_scatter.default,
-                         _masked_scatter_kernel(aten.masked_scatter.default, "functional"))
-dispatch.declare(aten.masked_scatter_.default,
-                         _masked_scatter_kernel(aten.masked_scatter_.default, "inplace"))
-
-
-# ---------------------------------------------------------------- x[indices] with masks
-def _is_mask(t):
-    return isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)
-
-
-def _check_index_dtypes(indices):
-    for t in indices:
-        if t is not None and (t.is_floating_point() or t.is_complex()):
-            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
-
-
-def _mask_positions(self, indices):
-    """(position in self's dims) of each index; checks mask shapes like PyTorch."""
-    k = 0
-    for i, t in enumerate(indices):
-        if t is not None and _is_mask(t):
-            if k + t.dim() > self.dim():
-                raise IndexError(f"too many indices for tensor of dimension {self.dim()}")
-            for j in range(t.dim()):
-                if t.shape[j] != self.shape[k + j]:
-                    raise IndexError(
-                        f"The shape of the mask {list(t.shape)} at index {j} does not match the "
-                        f"shape of the indexed tensor {list(self.shape)} at index {k + j}")
-            k += t.dim()
-        else:
-            k += 1
-
-
-def _expand_masks(self, indices):
-    """Bool masks -> long index tensors (nonzero: a sync); CPU indices -> the device."""
-    out = []
-    for t in indices:
-        if t is None:
-            out.append(None)
-        elif _is_mask(t):
-            m = t if t.dtype == torch.bool else t.ne(0)
-            m = _to_device(m, self)
-            if m.dim() == 0:
-                continue  # a 0-d mask adds no index (PyTorch's expandTensors)
-            nz = nonzero(m)
-            out.extend(nz.unbind(1))
-        elif t.device.type != "neuron" and t.dim() != 0:
-            out.append(t.to(self.device))
-        else:
-            out.append(t)
-    return out
-
-
-def _index_finder(self, indices):
-    # PyTorch names the dimension by its rank among the indexed (non-None) dims
-    items = []
-    k = 0
-    for d, t in enumerate(indices):
-        if t is not None and d < self.dim():
-            n = self.shape[d]
-            items.append((t, -n, n, _oob(k, n)))
-            k += 1
-    return items
-
-
-def _check_index_bounds(op, self, indices, args, kwargs):
-    if not _checks:
-        return
-    err = _first_bad(_index_finder(self, indices))
-    if err is not None:
-        _meta_validate(op, args, kwargs)
-        raise err
-
-
-_INDEX_ENTRY = dispatch.Entry(aten.index.Tensor, LOWERINGS[aten.index.Tensor], "functional")
-
-
-def _single_leading_mask(indices):
-    return (len(indices) >= 1 and _is_mask(indices[0]) and indices[0].dim() > 0
-            and all(t is None for t in indices[1:]))
-
-
-def index_kernel(self, indices):
-    indices = list(indices)
-    if self.device.type != "neuron":
-        raise dispatch.device_mismatch("neuron:0", self.device)
-    _check_index_dtypes(indices)
-    if any(_is_mask(t) for t in indices if t is not None):
-        _mask_positions(self, indices)
-        if _single_leading_mask(indices):
-            return _index_leading_mask(self, _to_device(indices[0], self))
-        indices = _expand_masks(self, indices)
-        return _INDEX_ENTRY(self, indices)
-    _check_index_bounds(aten.index.Tensor, self, indices, (self, indices), {})
-    indices = _expand_masks(self, indices)
-    return _INDEX_ENTRY(self, indices)
-
-
-def _index_leading_mask(self, mask):
-    """x[mask] for a mask over x's leading dims: one bucketed executable, no recompiles."""
-    if mask.dtype != torch.bool:
-        mask = mask.ne(0)
-    index = _idx_of(self)
-    k = mask.dim()
-    rest = tuple(self.shape[k:])
-    inner = math.prod(rest)
-    if mask.numel() == 0:
-        return _empty((0,) + rest, self.dtype, index)
-    count = _count(mask)
-    b = _bucket(count, mask.numel())
-    if b == 0 or inner == 0:
-        return _empty((count,) + rest, self.dtype, index)
-    arrs, specs, sig = _cells([self, mask])
-
-    def build():
-        def fn(a, m):
-            v = storage.read_view(a, specs[0])
-            mm = storage.read_view(m, specs[1])
-            idx = jnp.nonzero(mm, size=b, fill_value=0)
-            return v[idx].reshape(-1)
-        return fn
-
-    flat = _jit(("index_mask", specs, sig, b), build)(*arrs)
-    return _result(flat, self.dtype, (count,) + rest, index, b * inner)
-
-
-dispatch.declare(aten.index.Tensor, index_kernel)
-dispatch.declare(aten.nonzero.default, nonzero)
-dispatch.declare(aten.masked_select.default, masked_select)
-for _op, _f in ((aten.nonzero.out, aten.nonzero.default),
-                (aten.masked_select.out, aten.masked_select.default)):
-    dispatch.declare(_op, dispatch.out_kernel(_op, _f))
-
-
-# ---------------------------------------------------------------- index_put_
-def _index_put_kernel(op, low_op, mode):
-    entry = dispatch.Entry(op, LOWERINGS[low_op], mode)
-    sch = dispatch.schema(op)
-
-    def kernel(*args, **kwargs):
-        self = sch.arg(args, kwargs, 0)
-        indices = list(sch.arg(args, kwargs, 1))
-        values = sch.arg(args, kwargs, 2)
-        accumulate = bool(sch.arg(args, kwargs, 3))
-        unsafe = bool(sch.arg(args, kwargs, 4)) if len(sch.names) > 4 else False
-        if self.device.type != "neuron":
-            raise dispatch.device_mismatch("neuron:0", self.device)
-        _check_index_dtypes(indices)
-        if isinstance(values, torch.Tensor) and values.dtype != self.dtype:
-            raise RuntimeError(
-                "Index put requires the source and destination dtypes match, got "
-                f"{scalar_type_name(self.dtype)} for the destination and "
-                f"{scalar_type_name(values.dtype)} for the source.")
-        masks = [t for t in indices if t is not None and _is_mask(t)]
-        if masks:
-            _mask_positions(self, indices)
-            fast = (len(masks) == 1 and sum(t is not None for t in indices) == 1
-                    and masks[0].dim() > 0 and values.numel() == 1
-                    and (values.device.type == "neuron" or values.dim() == 0))
-            if fast:  # x[mask] = v with one value: a masked fill, no sync
-                return _masked_put(self, indices, values, accumulate, mode)
-            indices = _expand_masks(self, indices)
-        else:
-            if _checks and not unsafe:
-                _check_index_bounds(op, self, indices, args, kwargs)
-            indices = _expand_masks(self, indices)
-        rest = [self, indices, values, accumulate] + ([unsafe] if len(sch.names) > 4 else [])
-        return entry(*rest)
-
-    return kernel
-
-
-def _masked_put(self, indices, values, accumulate, mode):
-    p = next(i for i, t in enumerate(indices) if t is not None)
-    m = _to_device(indices[p], self)
-    if m.dtype != torch.bool:
-        m = m.ne(0)
-    shape = (1,) * p + tuple(m.shape) + (1,) * (self.dim() - p - m.dim())
-    m = m.reshape(shape)
-    v = values.reshape(())
-    target = self if mode == "inplace" else self.clone()
-    if accumulate:
-        target.copy_(torch.where(m, target + v, target))
-    else:
-        target.masked_fill_(m, v)
-    return target
-
-
-dispatch.declare(aten.index_put_.default,
-                         _index_put_kernel(aten.index_put_.default, aten.index_put.default, "inplace"))
-dispatch.declare(aten.index_put.default,
-                         _index_put_kernel(aten.index_put.default, aten.index_put.default, "functional"))
-dispatch.declare(aten._index_put_impl_.default,
-                         _index_put_kernel(aten._index_put_impl_.default,
-                                           aten._index_put_impl_.default, "inplace"))

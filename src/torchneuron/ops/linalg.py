@@ -324,14 +324,22 @@ def _perm_sign(piv, dt):
     return jnp.where(swaps % 2 == 0, 1, -1).astype(dt)
 
 
-@lower("_linalg_det.default")
+# _linalg_det/_linalg_slogdet on CPU factor A^T when A is contiguous and real (det is
+# the same) and their backward formulas solve with the LU accordingly: do the same.
+def _transpose_contiguous_real(A):
+    if A.is_contiguous() and not A.is_complex():
+        A = A.mT
+    return (A,), {}
+
+
+@lower("_linalg_det.default", normalize=_transpose_contiguous_real)
 def linalg_det(A):
     lu, piv, _ = _lu(A)
     det = _perm_sign(piv, A.dtype) * jnp.prod(_diag(lu), axis=-1)
     return det, lu, piv
 
 
-@lower("_linalg_slogdet.default")
+@lower("_linalg_slogdet.default", normalize=_transpose_contiguous_real)
 def linalg_slogdet(A):
     lu, piv, _ = _lu(A)
     d = _diag(lu)
@@ -602,44 +610,6 @@ def _lstsq_meta(A, B, rcond=None, *, driver=None):
             A.new_empty(rank_shape, dtype=torch.int64), A.new_empty(sv_shape, dtype=real))
 
 
-# _linalg_det/_linalg_slogdet on CPU factor A^T when A is contiguous and real (det is
-# the same) and their backward formulas solve with the LU accordingly: do the same.
-def _register_kernels():
-    import torch
-
-    from .. import dispatch
-    from ..lowering import LOWERINGS
-
-    aten = torch.ops.aten
-    for op in (aten._linalg_det.default, aten._linalg_slogdet.default):
-        if dispatch.declared(op):
-            continue
-        entry = dispatch.Entry(op, LOWERINGS[op], "functional")
-
-        def kernel(A, _entry=entry):
-            if A.is_contiguous() and not A.is_complex():
-                A = A.mT
-            return _entry(A)
-
-        dispatch.declare(op, kernel)
-
-    op = aten.linalg_lstsq.default
-    if not dispatch.declared(op):
-        meta_kernel("linalg_lstsq", _lstsq_meta, replace=True)
-        entry = dispatch.Entry(op, LOWERINGS[op], "functional")
-
-        def lstsq_kernel(A, B, rcond=None, *, driver=None):
-            sol, res, rank, sv = entry(A, B, rcond, driver=driver)
-            if driver in ("gelsd", "gelss") and res.numel() and rank.numel():
-                # residuals only when every matrix has full rank: one host read
-                if not bool((rank == A.shape[-1]).all().item()):
-                    res = res.new_empty((0,))
-            return sol, res, rank, sv
-
-        dispatch.declare(op, lstsq_kernel)
-
-
-_register_kernels()
 
 
 # ---------------------------------------------------------------- cross product
@@ -651,3 +621,6 @@ def linalg_cross(self, other, *, dim=-1):
     a0, a1, a2 = (lax.index_in_dim(a, i, d) for i in range(3))
     b0, b1, b2 = (lax.index_in_dim(b, i, d) for i in range(3))
     return jnp.concatenate([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=d)
+
+
+meta_kernel("linalg_lstsq", _lstsq_meta, replace=True)

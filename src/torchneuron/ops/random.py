@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from jax import lax
 
-from ..numerics import opmath, scalar_type_name
-from ..lowering import LOWERINGS, lower, meta_kernel, out_dtype, out_meta, rng_key
+from ..numerics import jdtype, opmath, scalar_type_name, tdtype
+from ..lowering import lower, meta_kernel, out_dtype, out_meta, read_back, rng_key
 
 aten = torch.ops.aten
 
@@ -42,7 +42,9 @@ _INT64_MAX = (1 << 63) - 1
 
 
 # ---------------------------------------------------------------- helpers
-def _no_generator(generator):
+def no_generator(generator):
+    """PyTorch's error for a generator of another device (a neuron generator cannot be
+    made by a Python backend, so any generator is refused)."""
     if generator is not None:
         dev = getattr(generator, "device", None)
         kind = dev.type if dev is not None else type(generator).__name__
@@ -107,7 +109,7 @@ def _uniform_values(key, shape, dt, lo, hi):
 @lower("uniform.default", "uniform_.default", random=True)
 def uniform(self, from_=0.0, to=1.0, *, generator=None, **kw):
     from_ = _kw_from(from_, kw, 0.0)
-    _no_generator(generator)
+    no_generator(generator)
     tdt = _tdtype()
     _validate(lambda t: t.uniform_(from_, to, generator=_VGEN), tdt)
     if tdt.is_complex:
@@ -135,7 +137,7 @@ def _normal_values(key, shape, dt, mean, std):
 
 @lower("normal_.default", "normal_functional.default", random=True)
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     tdt = _tdtype()
     _validate(lambda t: t.normal_(mean, std, generator=_VGEN), tdt)
     return _normal_values(rng_key(), tuple(self.shape), self.dtype, mean, std)
@@ -161,30 +163,30 @@ def _normal_tensors(mean, std):
     return (jnp.asarray(mean).astype(cd) + jnp.asarray(std).astype(cd) * z).astype(dt)
 
 
-@lower("normal.Tensor_Tensor", random=True)
+@lower("normal.Tensor_Tensor", random=True, check=lambda *a, **k: _check_normal(*a, **k))
 def normal_tt(mean, std, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     return _normal_tensors(mean, std)
 
 
 @lower("normal.Tensor_float", random=True)
 def normal_tf(mean, std=1.0, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     return _normal_tensors(mean, std)
 
 
-@lower("normal.float_Tensor", random=True)
+@lower("normal.float_Tensor", random=True, check=lambda *a, **k: _check_normal(*a, **k))
 def normal_ft(mean, std, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     return _normal_tensors(mean, std)
 
 
 @lower("normal.float_float", random=True)
 def normal_ff(mean, std, size, *, generator=None, dtype=None, layout=None, device=None,
               pin_memory=None):
-    _no_generator(generator)
+    no_generator(generator)
     tdt = _tdtype()
     _validate(lambda t: t.normal_(mean, std, generator=_VGEN), tdt)
     return _normal_values(rng_key(), tuple(out_meta().shape), out_dtype(), mean, std)
@@ -192,7 +194,7 @@ def normal_ff(mean, std, size, *, generator=None, dtype=None, layout=None, devic
 
 @lower("log_normal.default", "log_normal_.default", random=True)
 def log_normal(self, mean=1.0, std=2.0, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     _validate(lambda t: t.log_normal_(mean, std, generator=_VGEN), _tdtype())
     cd = _compute_float(self.dtype)
     z = jax.random.normal(rng_key(), tuple(self.shape), cd)
@@ -201,7 +203,7 @@ def log_normal(self, mean=1.0, std=2.0, *, generator=None):
 
 @lower("exponential.default", "exponential_.default", random=True)
 def exponential(self, lambd=1.0, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     _validate(lambda t: t.exponential_(lambd, generator=_VGEN), _tdtype())
     cd = _compute_float(self.dtype)
     u = _open_uniform(rng_key(), tuple(self.shape), cd)
@@ -211,7 +213,7 @@ def exponential(self, lambd=1.0, *, generator=None):
 
 @lower("geometric.default", "geometric_.default", random=True)
 def geometric(self, p, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     _validate(lambda t: t.geometric_(p, generator=_VGEN), _tdtype())
     u = _open_uniform(rng_key(), tuple(self.shape), jnp.float64)
     v = jnp.ceil(jnp.log(u) / jnp.log1p(jnp.asarray(-p, jnp.float64)))
@@ -224,7 +226,7 @@ def geometric(self, p, *, generator=None):
 
 @lower("cauchy.default", "cauchy_.default", random=True)
 def cauchy(self, median=0.0, sigma=1.0, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     _validate(lambda t: t.cauchy_(median, sigma, generator=_VGEN), _tdtype())
     cd = _compute_float(self.dtype)
     u = _open_uniform(rng_key(), tuple(self.shape), cd)
@@ -244,7 +246,7 @@ def _bernoulli_mask(key, shape, p):
 
 @lower("bernoulli_.float", "bernoulli.p", random=True)
 def bernoulli_float(self, p=0.5, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     _validate(lambda t: t.bernoulli_(p, generator=_VGEN), _tdtype())
     return _bernoulli_mask(rng_key(), tuple(self.shape), p).astype(self.dtype)
 
@@ -258,16 +260,17 @@ def _check_p_dtype(pdt, tdt):
                                   f"'{scalar_type_name(tdt)}'")
 
 
-@lower("bernoulli.Tensor", "bernoulli_.Tensor", random=True)
+@lower("bernoulli.Tensor", "bernoulli_.Tensor", random=True,
+       check=lambda *a, **k: _check_bernoulli_tensor(*a, **k))
 def bernoulli_tensor(self, p, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     p = jnp.asarray(p)
     return _bernoulli_mask(rng_key(), tuple(self.shape), p).astype(self.dtype)
 
 
-@lower("bernoulli.default", random=True)
+@lower("bernoulli.default", random=True, check=lambda *a, **k: _check_bernoulli(*a, **k))
 def bernoulli(self, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     return _bernoulli_mask(rng_key(), tuple(self.shape), self).astype(self.dtype)
 
 
@@ -340,7 +343,7 @@ def _random_values(key, shape, dt, base, rng):
 @lower("random.from", "random_.from", random=True)
 def random_from(self, from_=None, to=None, *, generator=None, **kw):
     frm = int(_kw_from(from_, kw, 0))
-    _no_generator(generator)
+    no_generator(generator)
     tdt = _tdtype()
     to = None if to is None else int(to)
     _validate(lambda t: t.random_(frm, to, generator=_VGEN), tdt)
@@ -350,7 +353,7 @@ def random_from(self, from_=None, to=None, *, generator=None, **kw):
 
 @lower("random.to", "random_.to", random=True)
 def random_to(self, to, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     tdt = _tdtype()
     _validate(lambda t: t.random_(to, generator=_VGEN), tdt)
     base, rng = _int_range(0, int(to), tdt)
@@ -359,7 +362,7 @@ def random_to(self, to, *, generator=None):
 
 @lower("random.default", "random_.default", random=True)
 def random_(self, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     tdt = _tdtype()
     _validate(lambda t: t.random_(generator=_VGEN), tdt)
     base, rng = _int_range(0, None, tdt)
@@ -378,7 +381,7 @@ def _check_randperm(n, tdt):
 
 @lower("randperm.default", "randperm.generator", random=True)
 def randperm(n, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
-    _no_generator(generator)
+    no_generator(generator)
     tdt = _tdtype()
     n = int(n)
     _check_randperm(n, tdt)
@@ -389,9 +392,10 @@ def randperm(n, *, generator=None, dtype=None, layout=None, device=None, pin_mem
 
 
 # ---------------------------------------------------------------- multinomial
-@lower("multinomial.default", random=True)
+@lower("multinomial.default", random=True,
+       normalize=lambda *a, **k: _normalize_multinomial(*a, **k))
 def multinomial(self, num_samples, replacement=False, *, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     _check_multinomial_static(self.shape, self.dtype, num_samples, replacement)
     p = self if self.ndim == 2 else self[None]
     rows, ncat = p.shape
@@ -425,10 +429,8 @@ def _check_multinomial_static(shape, jdt, n, replacement):
     if not (1 <= len(shape) <= 2):
         raise RuntimeError("prob_dist must be 1 or 2 dim")
     if not jnp.issubdtype(jdt, jnp.floating):
-        from .. import runtime
-
         raise RuntimeError("multinomial only supports floating-point dtypes for input, got: "
-                           f"{scalar_type_name(runtime.tdtype(jdt))}")
+                           f"{scalar_type_name(tdtype(jdt))}")
     if n <= 0:
         raise RuntimeError("cannot sample n_sample <= 0 samples")
     ncat = shape[-1]
@@ -473,15 +475,13 @@ def native_dropout_backward(grad_output, mask, scale):
 # ---------------------------------------------------------------- poisson / gamma
 def _need_float(kernel, x):
     if not jnp.issubdtype(x.dtype, jnp.floating):
-        from .. import runtime
-
         raise NotImplementedError(f'"{kernel}" not implemented for '
-                                  f"'{scalar_type_name(runtime.tdtype(x.dtype))}'")
+                                  f"'{scalar_type_name(tdtype(x.dtype))}'")
 
 
-@lower("poisson.default", random=True)
+@lower("poisson.default", random=True, check=lambda *a, **k: _check_poisson(*a, **k))
 def poisson(self, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     _need_float("poisson_cpu", self)
     lam = self.astype(jnp.float64)
     v = jax.random.poisson(rng_key(), lam, tuple(self.shape), jnp.int64)
@@ -505,7 +505,7 @@ meta_kernel("_standard_gamma", lambda self, generator=None: torch.empty_like(sel
 
 @lower("_standard_gamma.default", random=True)
 def standard_gamma(self, generator=None):
-    _no_generator(generator)
+    no_generator(generator)
     _need_float("gamma_cpu", self)
     cd = _compute_float(self.dtype)
     v = jax.random.gamma(rng_key(), self.astype(cd), tuple(self.shape), cd)
@@ -516,24 +516,11 @@ def standard_gamma(self, generator=None):
 
 # ---------------------------------------------------------------- value checks (eager)
 # Checks on tensor values: one flag computed on the device, read back before the
-# sampling executable runs.  Registered as the eager kernels of these overloads
-# (the lowerings above stay in the table for torch.compile).
-_flag_fns: dict = {}
-
-
+# sampling executable runs (the ``check`` extras of these overloads; compiled graphs
+# use the lowerings without them).
 def _device_flag(t, what, arg=None):
     """An int computed on the device from t's values (a small jitted reduction)."""
-    from .. import storage
-
-    cell = storage.cell_of(t)
-    spec = storage.view_spec(t)
-    key = (spec, cell.arr.dtype, cell.arr.shape[0], what, arg)
-    f = _flag_fns.get(key)
-    if f is None:
-        f = _flag_fns[key] = jax.jit(lambda a: _FLAGS[what](storage.read_view(a, spec), arg))
-        if len(_flag_fns) > 4096:
-            _flag_fns.clear()
-    return int(f(cell.arr))
+    return int(read_back(_FLAGS[what], t, static=(arg,)))
 
 
 def _flag_std(x, _):
@@ -596,84 +583,32 @@ def _check_p(self, p):
         raise RuntimeError(_P_MSG)
 
 
-def _register_checked_kernels():
-    from .. import dispatch
-
-    entries = {}
-
-    def entry(op, mode="functional", low_op=None):
-        e = entries.get(op)
-        if e is None:
-            e = entries[op] = dispatch.Entry(op, LOWERINGS[low_op or op], mode)
-        return e
-
-    def normal_tt_k(mean, std, *, generator=None):
-        _check_std(std)
-        return entry(aten.normal.Tensor_Tensor)(mean, std, generator=generator)
-
-    def normal_ft_k(mean, std, *, generator=None):
-        _check_std(std)
-        return entry(aten.normal.float_Tensor)(mean, std, generator=generator)
-
-    def bern_t_k(self, p, *, generator=None):
-        _check_p(self, p)
-        return entry(aten.bernoulli.Tensor)(self, p, generator=generator)
-
-    def bern_t_inplace_k(self, p, *, generator=None):
-        _check_p(self, p)
-        return entry(aten.bernoulli_.Tensor, "inplace")(self, p, generator=generator)
-
-    def bern_k(self, *, generator=None):
-        _check_p(self, self)
-        return entry(aten.bernoulli.default)(self, generator=generator)
-
-    def multinomial_k(self, num_samples, replacement=False, *, generator=None):
-        _no_generator(generator)
-        n = int(num_samples)
-        _check_multinomial_static(tuple(self.shape), _jdt(self.dtype), n, replacement)
-        if self.shape[-1] == 0:
-            raise RuntimeError(_empty_categories_msg())
-        if self.numel():
-            code = _device_flag(self, "multinomial", bool(not replacement or n == 1))
-            if code:
-                raise RuntimeError(_MULTINOMIAL_MSG[code])
-        return entry(aten.multinomial.default)(self, n, replacement, generator=generator)
-
-    def native_dropout_k(input, p, train=None):
-        if input.numel() == 0:  # CPU: the mask of an empty input has the input's dtype
-            return torch.empty_like(input), torch.empty_like(input)
-        return entry(aten.native_dropout.default)(input, p, train)
-
-    def poisson_k(self, generator=None):
-        if _is_dev(self) and self.numel() and self.dtype.is_floating_point and \
-                _device_flag(self, "rate"):
-            raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
-        return entry(aten.poisson.default)(self, generator)
-
-    def randperm_out_k(n, *, generator=None, out):
-        r = aten.randperm.default(n, dtype=out.dtype, device=out.device)
-        dispatch.resize_output(out, r.shape)
-        out.copy_(r)
-        return out
-
-    dispatch.declare(aten.normal.Tensor_Tensor, normal_tt_k)
-    dispatch.declare(aten.normal.float_Tensor, normal_ft_k)
-    dispatch.declare(aten.bernoulli.Tensor, bern_t_k)
-    dispatch.declare(aten.bernoulli_.Tensor, bern_t_inplace_k)
-    dispatch.declare(aten.bernoulli.default, bern_k)
-    dispatch.declare(aten.multinomial.default, multinomial_k)
-    dispatch.declare(aten.native_dropout.default, native_dropout_k)
-    dispatch.declare(aten.poisson.default, poisson_k)
-    dispatch.declare(aten.randperm.generator_out,
-                             lambda n, *, generator=None, out: randperm_out_k(
-                                 n, generator=_no_generator(generator), out=out))
-    dispatch.declare(aten.randperm.out, lambda n, *, out: randperm_out_k(n, out=out))
+def _check_normal(mean, std, *, generator=None):
+    _check_std(std)
 
 
-def _jdt(tdt):
-    from .. import runtime
-
-    return runtime.jdtype(tdt)
+def _check_bernoulli_tensor(self, p, *, generator=None):
+    _check_p(self, p)
 
 
-_register_checked_kernels()
+def _check_bernoulli(self, *, generator=None):
+    _check_p(self, self)
+
+
+def _normalize_multinomial(self, num_samples, replacement=False, *, generator=None):
+    no_generator(generator)
+    n = int(num_samples)
+    _check_multinomial_static(tuple(self.shape), jdtype(self.dtype), n, replacement)
+    if self.shape[-1] == 0:
+        raise RuntimeError(_empty_categories_msg())
+    if self.numel():
+        code = _device_flag(self, "multinomial", bool(not replacement or n == 1))
+        if code:
+            raise RuntimeError(_MULTINOMIAL_MSG[code])
+    return (self, n, replacement), {"generator": generator}
+
+
+def _check_poisson(self, generator=None):
+    if _is_dev(self) and self.numel() and self.dtype.is_floating_point and \
+            _device_flag(self, "rate"):
+        raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")

@@ -23,16 +23,16 @@ import numpy as np
 import torch
 from jax import lax
 
-from .. import runtime
-from ..numerics import HALF, cast, is_float, not_implemented, opmath, round_to, scalar_type_name
-from ..lowering import LOWERINGS, lower, out_dtype, out_meta
+from ..numerics import (HALF, cast, is_float, jdtype, not_implemented, opmath, pnorm_last,
+                        round_to, scalar_type_name)
+from ..lowering import lower, out_dtype, out_meta
 
 
 def _is_complex(dt):
     return jnp.issubdtype(dt, jnp.complexfloating)
 
 
-def _to(x, dt):
+def to_dtype(x, dt):
     """cast, dropping the imaginary part for complex -> real like PyTorch."""
     if dt is not None and _is_complex(x.dtype) and not _is_complex(dt):
         x = jnp.real(x)
@@ -94,7 +94,7 @@ def _sum_dtype(x, dtype):
     if dt is not None:
         return dt
     if dtype is not None:
-        return runtime.jdtype(dtype)
+        return jdtype(dtype)
     if x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.integer):
         return jnp.dtype(jnp.int64)
     return x.dtype
@@ -105,13 +105,21 @@ def _sum_dtype(x, dtype):
 def sum_(x, dim=None, keepdim=False, *, dtype=None):
     dt = _sum_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
-    xa = _to(x, opmath(dt))
+    xa = to_dtype(x, opmath(dt))
     if xa.dtype == jnp.bool_:
         return jnp.any(xa, axis=axes, keepdims=keepdim)
     return jnp.sum(xa, axis=axes, keepdims=keepdim)
 
 
-@lower("nansum.default")
+def _nansum_normalize(self, dim=None, keepdim=False, *, dtype=None):
+    """nansum(x, dim=[]) reduces everything on CPU, but PyTorch's meta kernel keeps every
+    dim: [] becomes None before the executable is chosen (eager only)."""
+    if dim is not None and len(dim) == 0:
+        dim = None
+    return (self, dim, keepdim), {"dtype": dtype}
+
+
+@lower("nansum.default", normalize=_nansum_normalize)
 def nansum(x, dim=None, keepdim=False, *, dtype=None):
     if _is_complex(x.dtype):
         raise RuntimeError("nansum does not support complex inputs")
@@ -122,9 +130,9 @@ def nansum(x, dim=None, keepdim=False, *, dtype=None):
 
 @lower("mean.default", "mean.dim")
 def mean(x, dim=None, keepdim=False, *, dtype=None):
-    dt = out_dtype() or (runtime.jdtype(dtype) if dtype is not None else x.dtype)
+    dt = out_dtype() or (jdtype(dtype) if dtype is not None else x.dtype)
     axes = _axes(dim, x.ndim)
-    xa = _to(x, opmath(dt))
+    xa = to_dtype(x, opmath(dt))
     n = math.prod(x.shape[a] for a in axes)
     s = jnp.sum(xa, axis=axes, keepdims=keepdim)
     return s / jnp.asarray(n, _real_dtype(xa.dtype)) if n else s * jnp.asarray(jnp.nan, _real_dtype(xa.dtype))
@@ -134,7 +142,7 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
 def prod(x, dim=None, keepdim=False, *, dtype=None):
     dt = _sum_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
-    xa = _to(x, opmath(dt))
+    xa = to_dtype(x, opmath(dt))
     if xa.dtype == jnp.bool_:
         return jnp.all(xa, axis=axes, keepdims=keepdim)
     return jnp.prod(xa, axis=axes, keepdims=keepdim)
@@ -316,7 +324,7 @@ def _ord(v):
 @lower("linalg_vector_norm.default", static=("ord",))
 def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
-        x = _to(x, runtime.jdtype(dtype))
+        x = to_dtype(x, jdtype(dtype))
     return _vnorm(x, _ord(ord), _axes(dim, x.ndim), keepdim)
 
 
@@ -332,12 +340,12 @@ def norm_dim(x, p, dim, keepdim=False):
 
 @lower("norm.ScalarOpt_dim_dtype", static=("p",))
 def norm_dim_dtype(x, p, dim, keepdim, *, dtype):
-    return _vnorm(_to(x, runtime.jdtype(dtype)), _ord(p), _axes(dim, x.ndim), keepdim)
+    return _vnorm(to_dtype(x, jdtype(dtype)), _ord(p), _axes(dim, x.ndim), keepdim)
 
 
 @lower("norm.ScalarOpt_dtype", static=("p",))
 def norm_dtype(x, p, *, dtype):
-    return _vnorm(_to(x, runtime.jdtype(dtype)), _ord(p), _axes(None, x.ndim), False)
+    return _vnorm(to_dtype(x, jdtype(dtype)), _ord(p), _axes(None, x.ndim), False)
 
 
 # ---------------------------------------------------------------- logsumexp
@@ -347,7 +355,7 @@ def logsumexp(x, dim, keepdim=False):
         # CPU: the all-reduced result cannot take the kept-dim max back
         raise RuntimeError(f"output with shape [] doesn't match the broadcast shape {[1] * x.ndim}")
     dt = out_dtype() or (x.dtype if is_float(x.dtype) else jnp.dtype(jnp.float32))
-    xa = _to(x, opmath(dt))
+    xa = to_dtype(x, opmath(dt))
     axes = _axes(dim, x.ndim)
     if x.size == 0:
         return jnp.log(jnp.sum(jnp.exp(xa), axis=axes, keepdims=keepdim))
@@ -404,7 +412,7 @@ def count_nonzero(x, dim=None):
 @lower("cumsum.default")
 def cumsum(x, dim, *, dtype=None):
     dt = _sum_dtype(x, dtype)
-    xa = _to(x, opmath(dt))
+    xa = to_dtype(x, opmath(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     if xa.dtype == jnp.bool_:
@@ -415,7 +423,7 @@ def cumsum(x, dim, *, dtype=None):
 @lower("cumprod.default")
 def cumprod(x, dim, *, dtype=None):
     dt = _sum_dtype(x, dtype)
-    xa = _to(x, opmath(dt))
+    xa = to_dtype(x, opmath(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     if xa.dtype == jnp.bool_:
@@ -481,7 +489,7 @@ def logcumsumexp(x, dim):
     if not is_float(x.dtype):
         raise not_implemented("logcumsumexp", x.dtype)
     dt = out_dtype() or x.dtype
-    xa = _to(x, opmath(dt))
+    xa = to_dtype(x, opmath(dt))
     if x.ndim == 0 or x.size == 0:
         return xa
     d = _axis(dim, x.ndim)
@@ -665,8 +673,10 @@ def mode(x, dim=-1, keepdim=False):
 
 
 # ---------------------------------------------------------------- searching
-def _search(bd, v, right, sorter):
-    """CPU's lower/upper bound binary search (same comparisons, so NaN behaves alike)."""
+def search_sorted(bd, v, right, sorter):
+    """searchsorted's positions of `v` in the sorted last axis of `bd`: CPU's lower/upper
+    bound binary search (same comparisons, so NaN behaves alike); shared with the
+    histogram kernels."""
     if sorter is not None:
         bd = jnp.take_along_axis(bd, sorter.astype(jnp.int64), axis=-1)
     n = bd.shape[-1]
@@ -699,17 +709,18 @@ def _search(bd, v, right, sorter):
 def searchsorted(sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
     _no_bool("searchsorted", sorted_sequence)
     r = right or side == "right"
-    return _search(sorted_sequence, x, r, sorter)
+    return search_sorted(sorted_sequence, x, r, sorter)
 
 
 @lower("bucketize.Tensor", "bucketize.Scalar")
 def bucketize(x, boundaries, *, out_int32=False, right=False):
     _no_bool("bucketize", boundaries)
-    return _search(boundaries, x, right, None)
+    return search_sorted(boundaries, x, right, None)
 
 
 # ---------------------------------------------------------------- histc
-@lower("histc.default", static=("bins", "min", "max"))
+@lower("histc.default", static=("bins", "min", "max"),
+       normalize=lambda *a, **k: _histc_normalize(*a, **k))
 def histc(x, bins=100, min=0, max=0):
     if jnp.issubdtype(x.dtype, jnp.integer):
         return _histc_int(x, bins, min, max)
@@ -792,53 +803,36 @@ def _histc_int(x, bins, lo, hi):
     return counts.astype(dt)
 
 
-def _histc_kernel(entry):
-    """histc's eager kernel: integer inputs get CUDA's checks, and CUDA's host read of the
-    data's range when min == max, so an invalid range raises as on CUDA."""
-    ints = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16,
-            torch.uint32, torch.uint64)
+def _histc_normalize(self, bins=100, min=0, max=0):
+    """Integer inputs: CUDA's checks, and CUDA's host read of the data's range when
+    min == max, so that an invalid range raises as on CUDA; the executable then gets the
+    bounds it bins with."""
+    if self.dtype not in _INT_TORCH or not isinstance(bins, int):
+        return (self, bins, min, max), {}
+    if bins <= 0:
+        raise RuntimeError("bins must be > 0")
+    dt = jdtype(self.dtype)
+    b = histc_int_bounds(min, max, dt)
+    if b is None:
+        if self.numel() == 0:
+            b = (_narrow_int(int(math.trunc(min)), dt),) * 2
+        else:
+            b = tuple(int(v) for v in torch.aminmax(self))  # one host read, like CUDA
+    mn, mx = b
+    if mn == mx:
+        mn, mx = _narrow_int(mn - 1, dt), _narrow_int(mx + 1, dt)
+    if not mn < mx:
+        raise RuntimeError("max must be larger than min")
+    return (self, bins, mn, mx), {}
 
-    def kernel(self, bins=100, min=0, max=0):
-        if self.dtype not in ints or not isinstance(bins, int):
-            return entry(self, bins, min, max)
-        if bins <= 0:
-            raise RuntimeError("bins must be > 0")
-        dt = runtime.jdtype(self.dtype)
-        b = histc_int_bounds(min, max, dt)
-        if b is None:
-            if self.numel() == 0:
-                b = (_narrow_int(int(math.trunc(min)), dt),) * 2
-            else:
-                b = tuple(int(v) for v in torch.aminmax(self))  # one host read, like CUDA
-        mn, mx = b
-        if mn == mx:
-            mn, mx = _narrow_int(mn - 1, dt), _narrow_int(mx + 1, dt)
-        if not mn < mx:
-            raise RuntimeError("max must be larger than min")
-        return entry(self, bins, mn, mx)
 
-    return kernel
+_INT_TORCH = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16,
+              torch.uint32, torch.uint64)
 
 
 # ---------------------------------------------------------------- cdist
 def _pdiff(x1, x2):
     return x1[..., :, None, :] - x2[..., None, :, :]
-
-
-def pnorm_last(a, p):
-    """The p-norm over the last axis of non-negative values `a` (|x| or |differences|):
-    p = 0 counts non-zeros, p = inf is the max; an empty axis gives 0."""
-    if a.shape[-1] == 0:
-        return jnp.zeros(a.shape[:-1], a.dtype)
-    if p == 0:
-        return jnp.sum((a != 0).astype(a.dtype), axis=-1)
-    if p == 1:
-        return jnp.sum(a, axis=-1)
-    if p == 2:
-        return jnp.sqrt(jnp.sum(a * a, axis=-1))
-    if p == math.inf:
-        return jnp.max(a, axis=-1)
-    return jnp.power(jnp.sum(jnp.power(a, p), axis=-1), 1.0 / p)
 
 
 def _dist_grad(diff, g, dist, p, acc):
@@ -935,422 +929,6 @@ def renorm(x, p, dim, maxnorm):
     return cast(xa * factor, dt)
 
 
-# ---------------------------------------------------------------- kernels that read back
-def _equal_kernel(self, other):
-    if self.device != other.device:
-        raise RuntimeError(
-            f"Cannot compare two tensors on different devices. Got: {self.device} and {other.device}")
-    if self.shape != other.shape:
-        return False
-    if self.numel() == 0:
-        return True
-    return bool(torch.eq(self, other).all().item())
-
-
-# Kernels below run their own small jitted functions over the tensors' cells
-# (like ops/indexing.py's data-dependent ops): one for the data-dependent size,
-# read back once, then one with that size static.
-_k_fns: dict = {}
-
-
-def _k_jit(key, build):
-    f = _k_fns.get(key)
-    if f is None:
-        if len(_k_fns) > 1024:
-            _k_fns.clear()
-        f = _k_fns[key] = jax.jit(build())
-    return f
-
-
-def _k_inputs(ts):
-    from .. import storage
-
-    cells = [storage.cell_of(t) for t in ts]
-    specs = tuple(storage.view_spec(t) for t in ts)
-    sig = tuple((c.arr.dtype, c.arr.shape[0]) for c in cells)
-    return [c.arr for c in cells], specs, sig
-
-
-def _k_read(specs):
-    from .. import storage
-
-    return lambda arrs: [storage.read_view(a, sp) for a, sp in zip(arrs, specs)]
-
-
-def _k_tensor(arr, dtype, shape, index):
-    """A new contiguous neuron tensor over the jax array `arr`."""
-    from .. import storage
-
-    shape = tuple(shape)
-    nbytes = math.prod(shape) * dtype.itemsize
-    storage.check_room(index, nbytes)
-    return storage.make_tensor(arr.reshape(-1), dtype, shape, storage.contiguous_strides(shape), 0,
-                               index, nbytes)
-
-
-def _k_index(t):
-    return t.device.index if t.device.index is not None else 0
-
-
-def _k_check_device(*ts):
-    from .. import dispatch
-
-    for t in ts:
-        if t is not None and t.device.type != "neuron":
-            raise dispatch.device_mismatch("neuron:0", t.device)
-
-
-def _bincount_kernel(self, weights=None, minlength=0):
-    """bincount: the result length depends on max(self), read back once (a sync)."""
-    _k_check_device(self, weights)
-    if self.dtype == torch.bool or self.dtype.is_floating_point or self.dtype.is_complex:
-        raise not_implemented("bincount", self.dtype)
-    if self.dim() != 1:
-        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
-    if minlength < 0:
-        raise RuntimeError("minlength should be >= 0")
-    if weights is not None and (weights.dim() != 1 or weights.shape[0] != self.shape[0]):
-        raise RuntimeError("weights should be 1-d and have the same length as input")
-    index = _k_index(self)
-    arrs, specs, sig = _k_inputs([self] if weights is None else [self, weights])
-    read = _k_read(specs)
-    length = minlength
-    if self.numel():
-        def build_range():
-            def fn(*a):
-                v = read(a)[0].astype(jnp.int64)
-                return jnp.stack([jnp.min(v), jnp.max(v)])
-            return fn
-
-        mn, mx = (int(v) for v in np.asarray(_k_jit(("bc_range", specs, sig), build_range)(*arrs)))
-        if mn < 0:
-            raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
-        length = max(mx + 1, minlength)
-    if weights is None:
-        odt = torch.int64
-    else:
-        odt = torch.float32 if weights.dtype == torch.float32 else torch.float64
-    jodt = runtime.jdtype(odt)
-
-    def build_count():
-        def fn(*a):
-            vals = read(a)
-            v = vals[0].astype(jnp.int64)
-            w = jnp.ones(v.shape, jodt) if len(vals) == 1 else _to(vals[1], jodt)
-            return jnp.zeros((length,), jodt).at[v].add(w)
-        return fn
-
-    out = _k_jit(("bc_count", specs, sig, length, odt), build_count)(*arrs)
-    return _k_tensor(out, odt, (length,), index)
-
-
-# ---------------------------------------------------------------- unique
-def _rows_sort(rows):
-    """Stable lexicographic sort of the rows of (n, m): (sorted rows, permutation)."""
-    n, m = rows.shape
-    iota = lax.iota(jnp.int64, n)
-    keys = rows.astype(jnp.uint8) if rows.dtype == jnp.bool_ else rows
-    if n <= 1:
-        return rows, iota
-    cols = [keys[:, j] for j in range(m)]
-    out = lax.sort(tuple(cols) + (iota,), dimension=0, num_keys=max(m, 1), is_stable=True)
-    perm = out[-1]
-    return jnp.take(rows, perm, axis=0), perm
-
-
-def _unique_impl(self, dim, sort, return_inverse, return_counts, name):
-    """unique / unique_consecutive (dim None: over elements; else over slices along dim)."""
-    _k_check_device(self)
-    index = _k_index(self)
-    shape = tuple(self.shape)
-    if self.is_complex():
-        cname = "unique_dim" if name == "unique_dim" else "unique"
-        raise not_implemented(cname, self.dtype)
-    if dim is not None:
-        if self.dim() == 0:
-            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
-        nd = self.dim()
-        if not -nd <= dim < nd:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
-                             f"but got {dim})")
-        dim = dim % nd
-    if dim is not None:
-        zeros = sum(1 for sz in shape if sz == 0)
-        if shape[dim] == 0:
-            if zeros != 1:
-                raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot be applied ")
-            empty = torch.empty(0, dtype=torch.int64, device=self.device)
-            return (torch.empty(shape, dtype=self.dtype, device=self.device), empty, empty.clone())
-        if zeros:
-            raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
-    numel = self.numel()
-    if numel == 0:
-        inv = torch.zeros(shape if return_inverse else (0,), dtype=torch.int64, device=self.device)
-        return (torch.empty((0,), dtype=self.dtype, device=self.device), inv,
-                torch.empty((0,), dtype=torch.int64, device=self.device))
-    arrs, specs, sig = _k_inputs([self])
-    read = _k_read(specs)
-
-    def rows_of(x):
-        if dim is None:
-            return x.reshape(-1, 1)
-        return jnp.moveaxis(x, dim, 0).reshape(shape[dim], -1)
-
-    def build_a():
-        def fn(*a):
-            r = rows_of(read(a)[0])
-            if sort:
-                srt, perm = _rows_sort(r)
-            else:
-                srt, perm = r, lax.iota(jnp.int64, r.shape[0])
-            diff = jnp.any(srt[1:] != srt[:-1], axis=1)
-            is_new = jnp.concatenate([jnp.ones((1,), bool), diff])
-            return srt, perm, is_new, jnp.sum(is_new.astype(jnp.int64))
-        return fn
-
-    srt, perm, is_new, cnt = _k_jit(("uq_a", specs, sig, dim, sort), build_a)(*arrs)
-    count = int(np.asarray(cnt))
-    n = srt.shape[0]
-
-    def build_b():
-        def fn(srt, perm, is_new):
-            g = jnp.cumsum(is_new.astype(jnp.int64)) - 1
-            (pos,) = jnp.nonzero(is_new, size=count, fill_value=0)
-            uniq = jnp.take(srt, pos, axis=0)
-            outs = [uniq]
-            if return_inverse:
-                outs.append(jnp.zeros((n,), jnp.int64).at[perm].set(g))
-            if return_counts:
-                outs.append(jnp.zeros((count,), jnp.int64).at[g].add(1))
-            return outs
-        return fn
-
-    res = _k_jit(("uq_b", srt.shape, str(srt.dtype), count, return_inverse, return_counts), build_b)(
-        srt, perm, is_new)
-    if dim is None:
-        out = _k_tensor(res[0], self.dtype, (count,), index)
-    else:
-        rest = shape[:dim] + shape[dim + 1:]
-        u = jnp.moveaxis(res[0].reshape((count,) + rest), 0, dim)
-        out = _k_tensor(u, self.dtype, shape[:dim] + (count,) + shape[dim + 1:], index)
-    k = 1
-    if return_inverse:
-        inv_shape = shape if dim is None else (shape[dim],)
-        inv = _k_tensor(res[k], torch.int64, inv_shape, index)
-        k += 1
-    else:
-        inv = torch.empty((0,), dtype=torch.int64, device=self.device)
-    if return_counts:
-        counts = _k_tensor(res[k], torch.int64, (count,), index)
-    else:
-        counts = torch.empty((0,), dtype=torch.int64, device=self.device)
-    return out, inv, counts
-
-
-def _unique2_kernel(self, sorted=True, return_inverse=False, return_counts=False):
-    return _unique_impl(self, None, True, return_inverse, return_counts, "unique")
-
-
-def _unique_kernel(self, sorted=True, return_inverse=False):
-    out, inv, _ = _unique_impl(self, None, True, return_inverse, False, "unique")
-    return out, inv
-
-
-def _unique_dim_kernel(self, dim, sorted=True, return_inverse=False, return_counts=False):
-    return _unique_impl(self, dim, True, return_inverse, return_counts, "unique_dim")
-
-
-def _unique_consecutive_kernel(self, return_inverse=False, return_counts=False, dim=None):
-    return _unique_impl(self, dim, False, return_inverse, return_counts, "unique_consecutive")
-
-
-def _unique_dim_consecutive_kernel(self, dim, return_inverse=False, return_counts=False):
-    return _unique_impl(self, dim, False, return_inverse, return_counts, "unique_dim_consecutive")
-
-
-# ---------------------------------------------------------------- histogram
-def _g(v):
-    return "%g" % v
-
-
-_HIST_DTYPES = (torch.float32, torch.float64)
-
-
-def _hist_checks(self, weight):
-    if self.dtype not in _HIST_DTYPES:
-        raise not_implemented("histogramdd", self.dtype)
-    if weight is not None:
-        if tuple(weight.shape) != tuple(self.shape):
-            raise RuntimeError(
-                "torch.histogramdd: if weight tensor is provided it should have the same shape as the "
-                "input tensor excluding its innermost dimension, but got input with shape "
-                f"{[self.numel(), 1]} and weight with shape {list(weight.shape)}")
-        if weight.dtype != self.dtype:
-            raise RuntimeError(
-                "torch.histogramdd: if weight tensor is provided, input tensor and weight tensor should "
-                f"have the same dtype, but got input({_cname(self.dtype)}), and weight({_cname(weight.dtype)})")
-
-
-def _cname(dt):
-    return {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-            torch.int64: "long int", torch.int32: "int"}.get(dt, str(dt).replace("torch.", ""))
-
-
-def _hist_run(self, weight, edges_fn, locate, nbins, density, key, extra):
-    """Shared histogram body: edges from `edges_fn`, bin of each element from `locate`."""
-    index = _k_index(self)
-    ts = [self] + ([weight] if weight is not None else []) + list(extra)
-    arrs, specs, sig = _k_inputs(ts)
-    read = _k_read(specs)
-    nw = 1 if weight is not None else 0
-    dt = runtime.jdtype(self.dtype)
-
-    def build():
-        def fn(lohi, *a):
-            vals = read(a)
-            x = vals[0].reshape(-1)
-            w = vals[1].reshape(-1) if nw else jnp.ones(x.shape, dt)
-            edges = edges_fn(lohi, vals[1 + nw:])
-            left, right = edges[0], edges[-1]
-            valid = (x >= left) & (x <= right)
-            pos = locate(x, edges, left, right)
-            pos = jnp.where(pos == nbins, nbins - 1, pos)
-            pos = jnp.clip(jnp.where(valid, pos, 0), 0, max(nbins - 1, 0))
-            hist = jnp.zeros((nbins,), dt).at[pos].add(jnp.where(valid, w, 0))
-            if density:
-                hist = hist / jnp.sum(hist)
-                hist = hist / (edges[1:] - edges[:-1])
-            return hist, edges
-        return fn
-
-    kind, lohi = key
-    f = _k_jit(("hist", kind, specs, sig, nbins, density), build)
-    lohi = jax.device_put(np.asarray(lohi, np.float64), runtime.jax_device(index))
-    hist, edges = f(lohi, *arrs)
-    return _k_tensor(hist, self.dtype, (nbins,), index), _k_tensor(edges, self.dtype, (edges.shape[0],), index)
-
-
-def _histogram_bin_ct_kernel(self, bins=100, *, range=None, weight=None, density=False):
-    _k_check_device(self, weight)
-    _hist_checks(self, weight)
-    if bins <= 0:
-        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
-    if range is not None:
-        lo, hi = float(range[0]), float(range[1])
-    elif self.numel():
-        arrs, specs, sig = _k_inputs([self])
-        read = _k_read(specs)
-
-        def build():
-            def fn(*a):
-                x = read(a)[0]
-                return jnp.stack([jnp.min(x), jnp.max(x)]).astype(jnp.float64)
-            return fn
-
-        lo, hi = (float(v) for v in np.asarray(_k_jit(("hist_range", specs, sig), build)(*arrs)))
-    else:
-        lo, hi = 0.0, 1.0  # CPU's default outer edges for an empty input
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise RuntimeError(f"torch.histogramdd: dimension 0's range [{_g(lo)}, {_g(hi)}] is not finite")
-    if lo > hi:
-        raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min {_g(lo)} max {_g(hi)} "
-                           "for dimension 0")
-    if lo == hi:
-        lo, hi = lo - 0.5, hi + 0.5
-    dt = runtime.jdtype(self.dtype)
-    steps = bins + 1
-
-    def edges_fn(lohi, _):
-        # CPU's linspace kernel, in the tensor's dtype
-        start, end = lohi[0].astype(dt), lohi[1].astype(dt)
-        step = (end - start) / jnp.asarray(steps - 1, dt)
-        i = lax.iota(jnp.int64, steps)
-        fi = i.astype(dt)
-        return jnp.where(i < steps // 2, start + step * fi, end - step * (jnp.asarray(steps - 1, dt) - fi))
-
-    def locate(x, edges, left, right):
-        # linear interpolation, then CPU's local upper_bound search in [pos-1, pos+2)
-        p = ((x - left) * jnp.asarray(bins, dt) / (right - left))
-        p = jnp.clip(jnp.where(jnp.isfinite(p), p, 0), -1, bins + 1).astype(jnp.int64)
-        pmin = jnp.maximum(p - 1, 0)
-        pmax = jnp.minimum(p + 2, steps)
-        cnt = jnp.zeros(x.shape, jnp.int64)
-        for k in (0, 1, 2):
-            j = pmin + k
-            inside = j < pmax
-            cnt = cnt + (inside & (jnp.take(edges, jnp.clip(j, 0, steps - 1)) <= x)).astype(jnp.int64)
-        return pmin + cnt - 1
-
-    return _hist_run(self, weight, edges_fn, locate, bins, density, ("ct", (lo, hi)), [])
-
-
-def _histogram_bins_tensor_kernel(self, bins, *, weight=None, density=False):
-    _k_check_device(self, weight, bins)
-    _hist_checks(self, weight)
-    if bins.dtype != self.dtype:
-        raise RuntimeError(
-            "torch.histogramdd: input tensor and bins tensors should have the same dtype, but got input "
-            f"with dtype {_cname(self.dtype)} and bins for dimension 0 with dtype {_cname(bins.dtype)}")
-    if bins.dim() != 1:
-        raise RuntimeError("torch.histogramdd: bins tensor should have one dimension, but got "
-                           f"{bins.dim()} dimensions in the bins tensor for dimension 0")
-    if bins.numel() == 0:
-        raise RuntimeError("torch.histogramdd: bins tensor should have at least 1 element, but got 0 "
-                           "elements in the bins tensor for dimension 0")
-    nb = bins.numel() - 1
-    if nb <= 0:
-        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {nb} for dimension 0")
-
-    def edges_fn(lohi, extra):
-        return extra[0]
-
-    def locate(x, edges, left, right):
-        return _search(edges, x, True, None) - 1
-
-    return _hist_run(self, weight, edges_fn, locate, nb, density, ("tensor", (0.0, 0.0)), [bins])
-
-
-def _aminmax_kernel(self):
-    return torch.aminmax(self)
-
-
-def _aminmax_dim_kernel(self, dim, keepdim=False):
-    return torch.aminmax(self, dim=dim, keepdim=keepdim)
-
-
-def _register_kernels():
-    from .. import dispatch
-
-    dispatch.declare(torch.ops.aten.equal.default, _equal_kernel)
-    aten = torch.ops.aten
-    for op, fn in ((aten.bincount.default, _bincount_kernel),
-                   (aten._unique2.default, _unique2_kernel),
-                   (aten._unique.default, _unique_kernel),
-                   (aten.unique_dim.default, _unique_dim_kernel),
-                   (aten.unique_consecutive.default, _unique_consecutive_kernel),
-                   (aten.unique_dim_consecutive.default, _unique_dim_consecutive_kernel),
-                   (aten.histogram.bin_ct, _histogram_bin_ct_kernel),
-                   (aten.histogram.bins_tensor, _histogram_bins_tensor_kernel),
-                   (aten._aminmax.default, _aminmax_kernel),
-                   (aten._aminmax.dim, _aminmax_dim_kernel)):
-        dispatch.declare(op, fn)
-
-    # nansum(x, dim=[]) reduces everything on CPU, but PyTorch's meta kernel
-    # keeps every dim: normalise [] to None before the executable is chosen
-    op = torch.ops.aten.nansum.default
-    entry = dispatch.Entry(op, LOWERINGS[op], "functional")
-
-    def nansum_kernel(self, dim=None, keepdim=False, *, dtype=None):
-        if dim is not None and len(dim) == 0:
-            dim = None
-        return entry(self, dim, keepdim, dtype=dtype)
-
-    dispatch.declare(op, nansum_kernel)
-    op = torch.ops.aten.histc.default
-    dispatch.declare(op, _histc_kernel(dispatch.Entry(op, LOWERINGS[op], "functional")))
-
-
-_register_kernels()
 
 
 # ---------------------------------------------------------------- isin
@@ -1405,7 +983,24 @@ def _seg_apply(fn, x, seg, S):
     return jax.vmap(lambda xb, sb: fn(xb, sb, num_segments=S))(x, seg)
 
 
-@lower("segment_reduce.default", static=("initial",))
+def _segment_reduce_check(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                          unsafe=False, initial=None):
+    """CPU's argument checks; the lengths-sum check reads one value back (a sync)."""
+    if reduce not in _SEG_REDUCE:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, "
+                           f"got {reduce}")
+    if indices is not None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    if lengths is None and offsets is None:
+        raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
+    if not unsafe and lengths is not None and offsets is None and data.numel():
+        ok = bool((lengths.sum(-1) == data.shape[axis % data.dim()]).all().item())
+        if not ok:
+            raise RuntimeError("segment_reduce(): Expected all rows of lengths along axis to "
+                               "sum to data.size(lengths.dim()-1) when !unsafe.")
+
+
+@lower("segment_reduce.default", check=lambda *a, **k: _segment_reduce_check(*a, **k), static=("initial",))
 def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
                    unsafe=False, initial=None):
     red = _SEG_REDUCE[reduce]
@@ -1479,36 +1074,6 @@ def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets
     return cast(r.reshape(data.shape), dt)
 
 
-def _register_segment_kernel():
-    from .. import dispatch
-
-    op = torch.ops.aten.segment_reduce.default
-    if dispatch.declared(op):
-        return
-    entry = dispatch.Entry(op, LOWERINGS[op], "functional")
-
-    def kernel(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False,
-               initial=None):
-        if reduce not in _SEG_REDUCE:
-            raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, "
-                               f"got {reduce}")
-        if indices is not None:
-            raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
-        if lengths is None and offsets is None:
-            raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
-        if not unsafe and lengths is not None and offsets is None and data.numel():
-            # CPU checks the values (one host read)
-            ok = bool((lengths.sum(-1) == data.shape[axis % data.dim()]).all().item())
-            if not ok:
-                raise RuntimeError("segment_reduce(): Expected all rows of lengths along axis to "
-                                   "sum to data.size(lengths.dim()-1) when !unsafe.")
-        return entry(data, reduce, lengths=lengths, indices=indices, offsets=offsets, axis=axis,
-                     unsafe=unsafe, initial=initial)
-
-    dispatch.declare(op, kernel)
-
-
-_register_segment_kernel()
 
 
 # ---------------------------------------------------------------- hash_tensor

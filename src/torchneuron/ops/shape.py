@@ -15,9 +15,8 @@ import numpy as np
 import torch
 from jax import lax
 
-from .. import dispatch, storage
-from ..numerics import canon_dim, cast, opmath
-from ..lowering import LOWERINGS, lower, out_dtype, out_meta
+from ..numerics import canon_dim, cast, opmath, storage_numel
+from ..lowering import device_mismatch, lower, out_dtype, out_meta, read_back
 
 aten = torch.ops.aten
 
@@ -176,7 +175,31 @@ def repeat(x, repeats):
     return jnp.tile(xr, tuple(repeats))
 
 
-@lower("repeat_interleave.Tensor")
+def _ri_stats(r):
+    v = r.reshape(-1).astype(jnp.int64)
+    return jnp.stack([jnp.sum(v), jnp.min(v, initial=0)])
+
+
+def _ri_normalize(repeats, *, output_size=None):
+    """repeat_interleave(repeats) has an output size that depends on the values unless
+    output_size is given: sum on the device and read it (a sync); with output_size
+    there is no sync and no check (as CUDA)."""
+    if repeats.dim() > 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError("repeats has to be Long or Int tensor")
+    if repeats.device.type != "neuron":
+        raise device_mismatch("neuron:0", repeats.device)
+    if output_size is None:
+        total, lo = (int(v) for v in read_back(_ri_stats, repeats)) if repeats.numel() \
+            else (0, 0)
+        if lo < 0:
+            raise RuntimeError("repeats can not be negative")
+        output_size = total
+    return (repeats,), {"output_size": output_size}
+
+
+@lower("repeat_interleave.Tensor", normalize=_ri_normalize)
 def repeat_interleave(repeats, *, output_size=None):
     n = repeats.shape[0] if repeats.ndim else 1
     total = _shape()[0]
@@ -317,7 +340,7 @@ def as_strided_scatter(x, src, size, stride, storage_offset=None):
     m = out_meta()
     out_strides = tuple(m.stride())
     shape = tuple(x.shape)
-    n = storage.storage_numel(shape, out_strides)
+    n = storage_numel(shape, out_strides)
     if n == 0 or math.prod(tuple(size)) == 0:
         return x
     # the output's storage: x laid out with the strides PyTorch's clone chose
@@ -442,48 +465,3 @@ def col2im(x, output_size, kernel_size, dilation, padding, stride):
                       in_shape, acc, xb)
     r = r.astype(x.dtype)
     return r if batched else r[0]
-
-
-# ================================================================ eager kernels
-# repeat_interleave(repeats) has an output size that depends on the values
-# unless output_size is given: sum on the device, read it (a sync), then run the
-# static-shape lowering.
-_RI = aten.repeat_interleave.Tensor
-_ri_entry = dispatch.Entry(_RI, LOWERINGS[_RI], "functional")
-_ri_fns: dict = {}
-
-
-def _ri_stats(repeats):
-    cell = storage.cell_of(repeats)
-    spec = storage.view_spec(repeats)
-    key = (spec, cell.arr.dtype, cell.arr.shape[0])
-    f = _ri_fns.get(key)
-    if f is None:
-        if len(_ri_fns) > 1024:
-            _ri_fns.clear()
-
-        def fn(a):
-            v = storage.read_view(a, spec).reshape(-1).astype(jnp.int64)
-            return jnp.stack([jnp.sum(v), jnp.min(v, initial=0)])
-
-        f = _ri_fns[key] = jax.jit(fn)
-    total, lo = (int(v) for v in np.asarray(f(cell.arr)))
-    return total, lo
-
-
-def repeat_interleave_kernel(repeats, *, output_size=None):
-    if repeats.dim() > 1:
-        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
-    if repeats.dtype not in (torch.int64, torch.int32):
-        raise RuntimeError("repeats has to be Long or Int tensor")
-    if repeats.device.type != "neuron":
-        raise dispatch.device_mismatch("neuron:0", repeats.device)
-    if output_size is None:  # with output_size given there is no sync and no check (as CUDA)
-        total, lo = _ri_stats(repeats) if repeats.numel() else (0, 0)
-        if lo < 0:
-            raise RuntimeError("repeats can not be negative")
-        output_size = total
-    return _ri_entry(repeats, output_size=output_size)
-
-
-dispatch.declare(_RI, repeat_interleave_kernel)

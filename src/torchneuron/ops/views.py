@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .. import numerics, runtime
+from .. import numerics
 from ..lowering import lower, out_dtype
+from ..numerics import jdtype
 
 aten = torch.ops.aten
 
@@ -54,7 +55,7 @@ def _reshape_alias(x, size, stride):
 
 @_reg("view.dtype", "view_copy.dtype")
 def _view_dtype(x, dtype):
-    jd = runtime.jdtype(dtype)
+    jd = jdtype(dtype)
     if x.dtype == jd:
         return x
     old, new = jnp.dtype(x.dtype).itemsize, jnp.dtype(jd).itemsize
@@ -252,7 +253,7 @@ def _alloc_dtype(dtype):
     dt = out_dtype()
     if dt is not None:
         return dt
-    return runtime.jdtype(dtype or torch.get_default_dtype())
+    return jdtype(dtype or torch.get_default_dtype())
 
 
 @_reg("empty.memory_format")
@@ -272,25 +273,25 @@ def _empty_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, mem
 
 @_reg("new_empty.default", "new_zeros.default")
 def _new_empty(x, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    dt = out_dtype() or (runtime.jdtype(dtype) if dtype is not None else x.dtype)
+    dt = out_dtype() or (jdtype(dtype) if dtype is not None else x.dtype)
     return jnp.zeros(tuple(_ints(size)), dt)
 
 
 @_reg("new_empty_strided.default")
 def _new_empty_strided(x, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    dt = out_dtype() or (runtime.jdtype(dtype) if dtype is not None else x.dtype)
+    dt = out_dtype() or (jdtype(dtype) if dtype is not None else x.dtype)
     return jnp.zeros(tuple(_ints(size)), dt)
 
 
 @_reg("new_ones.default")
 def _new_ones(x, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    dt = out_dtype() or (runtime.jdtype(dtype) if dtype is not None else x.dtype)
+    dt = out_dtype() or (jdtype(dtype) if dtype is not None else x.dtype)
     return jnp.ones(tuple(_ints(size)), dt)
 
 
 @_reg("new_full.default")
 def _new_full(x, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    dt = out_dtype() or (runtime.jdtype(dtype) if dtype is not None else x.dtype)
+    dt = out_dtype() or (jdtype(dtype) if dtype is not None else x.dtype)
     return jnp.full(tuple(_ints(size)), fill_value, dt)
 
 

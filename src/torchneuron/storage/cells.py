@@ -22,7 +22,7 @@ from torch._C import DispatchKey, DispatchKeySet
 
 from .. import config, runtime
 from ..runtime import jdtype
-from ..numerics import reinterpret
+from ..numerics import reinterpret, storage_numel
 
 CPU_KEYS = DispatchKeySet(DispatchKey.CPU)
 _SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset._handle
@@ -346,12 +346,6 @@ def empty(shape, dtype: torch.dtype, index: int, strides=None) -> torch.Tensor:
     check_room(index, nbytes)
     arr = zeros_flat(n, dtype, index)
     return make_tensor(arr, dtype, shape, strides, 0, index, nbytes)
-
-
-def storage_numel(shape, strides, offset=0) -> int:
-    if any(s == 0 for s in shape):
-        return offset
-    return offset + 1 + sum((s - 1) * st for s, st in zip(shape, strides))
 
 
 _zeros_cache: dict = {}
