@@ -273,6 +273,31 @@ def out_dtype(i=None):
     return runtime.jdtype(m.dtype)
 
 
+def sum_dtype(x, dtype=None):
+    """Result dtype of sum/prod/cumsum: the meta kernel's, else `dtype`, else int64 for
+    integers and bool, else x's."""
+    dt = out_dtype()
+    if dt is not None:
+        return dt
+    if dtype is not None:
+        return runtime.jdtype(dtype)
+    import jax.numpy as jnp
+
+    if x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.integer):
+        return jnp.dtype(jnp.int64)
+    return x.dtype
+
+
+def in_result_dtype(*xs, dt=None):
+    """The operands cast to the result dtype (the meta kernel's, or `dt`)."""
+    import jax.numpy as jnp
+
+    from .numerics import cast
+
+    dt = out_dtype() if dt is None else dt
+    return [cast(jnp.asarray(x), dt) for x in xs]
+
+
 def rng_key():
     """A fresh jax PRNG key for a random op (distinct per call within one trace)."""
     if _ctx.key is None:

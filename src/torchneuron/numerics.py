@@ -47,6 +47,31 @@ def is_complex(dt) -> bool:
     return jnp.issubdtype(dt, jnp.complexfloating)
 
 
+def to_dtype(x, dt):
+    """cast, dropping the imaginary part for complex -> real like PyTorch."""
+    if dt is not None and is_complex(x.dtype) and not is_complex(jnp.dtype(dt)):
+        x = jnp.real(x)
+    return cast(x, dt)
+
+
+def no_complex(name, x):
+    """PyTorch's dispatch error for a complex input to a real-only kernel `name`."""
+    if is_complex(x.dtype):
+        raise not_implemented(name, x.dtype)
+
+
+def no_bool(name, x):
+    if x.dtype == jnp.bool_:
+        raise not_implemented(name, x.dtype)
+
+
+def need_nonempty_dim(name, x, dim):
+    """CPU's error for a value-selecting reduction over an empty dimension."""
+    if x.ndim and x.shape[canon_dim(dim, x.ndim)] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {canon_dim(dim, x.ndim)} to have "
+                         "non-zero size.")
+
+
 def default_float():
     return runtime.jdtype(torch.get_default_dtype())
 

@@ -13,7 +13,8 @@ from jax import lax
 
 from .. import dispatch, runtime, storage
 from ..numerics import not_implemented
-from ..ops.reduction import search_sorted, to_dtype
+from ..numerics import to_dtype
+from ..ops.sorting import search_sorted
 
 aten = torch.ops.aten
 

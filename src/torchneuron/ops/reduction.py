@@ -23,20 +23,22 @@ import numpy as np
 import torch
 from jax import lax
 
-from ..numerics import (HALF, cast, is_float, jdtype, not_implemented, opmath, pnorm_last,
-                        round_to, scalar_type_name)
-from ..lowering import lower, out_dtype, out_meta
-
-
-def _is_complex(dt):
-    return jnp.issubdtype(dt, jnp.complexfloating)
-
-
-def to_dtype(x, dt):
-    """cast, dropping the imaginary part for complex -> real like PyTorch."""
-    if dt is not None and _is_complex(x.dtype) and not _is_complex(dt):
-        x = jnp.real(x)
-    return cast(x, dt)
+from ..lowering import lower, out_dtype, sum_dtype
+from ..numerics import (
+    HALF,
+    canon_dim,
+    cast,
+    is_complex,
+    is_float,
+    jdtype,
+    need_nonempty_dim,
+    no_complex,
+    not_implemented,
+    opmath,
+    round_to,
+    scalar_type_name,
+    to_dtype,
+)
 
 
 def _real_dtype(dt):
@@ -61,26 +63,6 @@ def _axes(dim, ndim, empty_all=True):
     return tuple(sorted({d % ndim for d in dim}))
 
 
-def _axis(dim, ndim):
-    return dim % ndim if ndim else 0
-
-
-def _no_complex(name, x):
-    if _is_complex(x.dtype):
-        raise not_implemented(name, x.dtype)
-
-
-def _no_bool(name, x):
-    if x.dtype == jnp.bool_:
-        raise not_implemented(name, x.dtype)
-
-
-def _need_nonempty_dim(name, x, dim):
-    """CPU's error for a value-selecting reduction over an empty dimension."""
-    if x.ndim and x.shape[_axis(dim, x.ndim)] == 0:
-        raise IndexError(f"{name}(): Expected reduction dim {_axis(dim, x.ndim)} to have non-zero size.")
-
-
 def _need_numel(name, x):
     if x.size == 0:
         raise RuntimeError(
@@ -88,22 +70,10 @@ def _need_numel(name, x):
             "Specify the reduction dim with the 'dim' argument.")
 
 
-def _sum_dtype(x, dtype):
-    """Result dtype of sum/prod/cumsum (ints and bool promote to int64)."""
-    dt = out_dtype()
-    if dt is not None:
-        return dt
-    if dtype is not None:
-        return jdtype(dtype)
-    if x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.integer):
-        return jnp.dtype(jnp.int64)
-    return x.dtype
-
-
 # ---------------------------------------------------------------- sum / mean / prod
 @lower("sum.dim_IntList", "sum.default")
 def sum_(x, dim=None, keepdim=False, *, dtype=None):
-    dt = _sum_dtype(x, dtype)
+    dt = sum_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
     xa = to_dtype(x, opmath(dt))
     if xa.dtype == jnp.bool_:
@@ -121,9 +91,9 @@ def _nansum_normalize(self, dim=None, keepdim=False, *, dtype=None):
 
 @lower("nansum.default", normalize=_nansum_normalize)
 def nansum(x, dim=None, keepdim=False, *, dtype=None):
-    if _is_complex(x.dtype):
+    if is_complex(x.dtype):
         raise RuntimeError("nansum does not support complex inputs")
-    if is_float(x.dtype) and not _is_complex(x.dtype):
+    if is_float(x.dtype) and not is_complex(x.dtype):
         x = jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), x)
     return sum_(x, dim, keepdim, dtype=dtype)
 
@@ -140,7 +110,7 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
 
 @lower("prod.default", "prod.dim_int")
 def prod(x, dim=None, keepdim=False, *, dtype=None):
-    dt = _sum_dtype(x, dtype)
+    dt = sum_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
     xa = to_dtype(x, opmath(dt))
     if xa.dtype == jnp.bool_:
@@ -159,26 +129,26 @@ def _min(x, axes, keepdim):
 
 @lower("amax.default")
 def amax(x, dim=(), keepdim=False):
-    _no_complex("amax", x)
+    no_complex("amax", x)
     return _max(x, _axes(dim, x.ndim), keepdim)
 
 
 @lower("amin.default")
 def amin(x, dim=(), keepdim=False):
-    _no_complex("amin", x)
+    no_complex("amin", x)
     return _min(x, _axes(dim, x.ndim), keepdim)
 
 
 @lower("max.default")
 def max_all(x):
-    _no_complex("max_all", x)
+    no_complex("max_all", x)
     _need_numel("max", x)
     return jnp.max(x)
 
 
 @lower("min.default")
 def min_all(x):
-    _no_complex("min_all", x)
+    no_complex("min_all", x)
     _need_numel("min", x)
     return jnp.min(x)
 
@@ -193,7 +163,7 @@ def _arg(x, axis, largest):
 def _val_idx(x, dim, keepdim, largest):
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
-    d = _axis(dim, x.ndim)
+    d = canon_dim(dim, x.ndim)
     idx = jnp.expand_dims(_arg(x, d, largest), d)
     vals = jnp.take_along_axis(x, idx, axis=d)
     if not keepdim:
@@ -203,30 +173,30 @@ def _val_idx(x, dim, keepdim, largest):
 
 @lower("max.dim")
 def max_dim(x, dim, keepdim=False):
-    _no_complex("max", x)
-    _need_nonempty_dim("max", x, dim)
+    no_complex("max", x)
+    need_nonempty_dim("max", x, dim)
     return _val_idx(x, dim, keepdim, True)
 
 
 @lower("min.dim")
 def min_dim(x, dim, keepdim=False):
-    _no_complex("min", x)
-    _need_nonempty_dim("min", x, dim)
+    no_complex("min", x)
+    need_nonempty_dim("min", x, dim)
     return _val_idx(x, dim, keepdim, False)
 
 
 def _argmaxmin(x, dim, keepdim, largest):
-    _no_complex("argmax" if largest else "argmin", x)
+    no_complex("argmax" if largest else "argmin", x)
     if x.dtype == jnp.bool_:
         raise RuntimeError(f"{'argmax' if largest else 'argmin'}(): does not support bool input")
     if dim is not None:
-        _need_nonempty_dim("argmax" if largest else "argmin", x, dim)
+        need_nonempty_dim("argmax" if largest else "argmin", x, dim)
     if x.ndim == 0:
         return jnp.zeros((), jnp.int64)
     if dim is None:
         r = _arg(x.reshape(-1), 0, largest)
         return r.reshape((1,) * x.ndim) if keepdim else r
-    d = _axis(dim, x.ndim)
+    d = canon_dim(dim, x.ndim)
     r = _arg(x, d, largest)
     return jnp.expand_dims(r, d) if keepdim else r
 
@@ -243,7 +213,7 @@ def argmin(x, dim=None, keepdim=False):
 
 @lower("aminmax.default")
 def aminmax(x, *, dim=None, keepdim=False):
-    _no_complex("aminmax", x)
+    no_complex("aminmax", x)
     if dim is None:
         axes = tuple(range(x.ndim))
     else:
@@ -265,7 +235,7 @@ def _var_mean(x, dim, correction, keepdim):
     m = jnp.mean(xa, axis=axes, keepdims=True) if n else \
         jnp.full(tuple(1 if i in axes else s for i, s in enumerate(x.shape)), jnp.nan, xa.dtype)
     d = xa - m
-    sq = d.real * d.real + d.imag * d.imag if _is_complex(d.dtype) else d * d
+    sq = d.real * d.real + d.imag * d.imag if is_complex(d.dtype) else d * d
     denom = max(n - correction, 0)
     if denom <= 0:  # CPU warns on every call; this warns when the executable is built
         warnings.warn("var(): degrees of freedom is <= 0. Correction should be strictly less "
@@ -359,7 +329,7 @@ def logsumexp(x, dim, keepdim=False):
     axes = _axes(dim, x.ndim)
     if x.size == 0:
         return jnp.log(jnp.sum(jnp.exp(xa), axis=axes, keepdims=keepdim))
-    re = xa.real if _is_complex(xa.dtype) else xa
+    re = xa.real if is_complex(xa.dtype) else xa
     m = jnp.max(re, axis=axes, keepdims=True)
     m = jnp.where(jnp.isinf(m), jnp.zeros((), m.dtype), m)
     r = jnp.log(jnp.sum(jnp.exp(xa - m), axis=axes, keepdims=True)) + m
@@ -408,323 +378,13 @@ def count_nonzero(x, dim=None):
     return jnp.sum(_nz(x).astype(jnp.int64), axis=_axes(dim, x.ndim))
 
 
-# ---------------------------------------------------------------- scans
-@lower("cumsum.default")
-def cumsum(x, dim, *, dtype=None):
-    dt = _sum_dtype(x, dtype)
-    xa = to_dtype(x, opmath(dt))
-    if x.ndim == 0 or x.size == 0:
-        return xa
-    if xa.dtype == jnp.bool_:
-        xa = xa.astype(jnp.int64)
-    return lax.cumsum(xa, axis=_axis(dim, x.ndim))
-
-
-@lower("cumprod.default")
-def cumprod(x, dim, *, dtype=None):
-    dt = _sum_dtype(x, dtype)
-    xa = to_dtype(x, opmath(dt))
-    if x.ndim == 0 or x.size == 0:
-        return xa
-    if xa.dtype == jnp.bool_:
-        xa = xa.astype(jnp.int64)
-    return lax.cumprod(xa, axis=_axis(dim, x.ndim))
-
-
-def _cum_ext(x, dim, largest):
-    """cummax/cummin: values and the index of the last extremum so far (NaN wins)."""
-    _no_complex("cummax" if largest else "cummin", x)
-    if x.ndim == 0:
-        return x, jnp.zeros((), jnp.int64)
-    d = _axis(dim, x.ndim)
-    idx = lax.broadcasted_iota(jnp.int64, x.shape, d)
-    if x.size == 0:
-        return x, idx
-    v = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
-    flt = is_float(v.dtype)
-
-    def combine(a, b):
-        va, ia = a
-        vb, ib = b
-        better = (vb >= va) if largest else (vb <= va)
-        if flt:
-            better = jnp.isnan(vb) | (~jnp.isnan(va) & better)
-        return jnp.where(better, vb, va), jnp.where(better, ib, ia)
-
-    vals, inds = lax.associative_scan(combine, (v, idx), axis=d)
-    return vals.astype(x.dtype), inds
-
-
-@lower("cummax.default")
-def cummax(x, dim):
-    return _cum_ext(x, dim, True)
-
-
-@lower("cummin.default")
-def cummin(x, dim):
-    return _cum_ext(x, dim, False)
-
-
-def _logaddexp(x, y):
-    """CPU's _log_add_exp_helper (the logcumsumexp combine), real and complex."""
-    if _is_complex(x.dtype):
-        xnan = jnp.isnan(x.real) | jnp.isnan(x.imag)
-        ynan = jnp.isnan(y.real) | jnp.isnan(y.imag)
-        lt = x.real < y.real
-        mn = jnp.where(ynan, y, jnp.where(xnan, x, jnp.where(lt, x, y)))
-        mx = jnp.where(ynan, y, jnp.where(xnan, x, jnp.where(lt, y, x)))
-        mnr, mxr = mn.real, mx.real
-        nan = jnp.full(x.shape, complex(math.nan, math.nan), x.dtype)
-        inf_case = jnp.where(mnr < 0, mn, jnp.log(jnp.exp(mn) + jnp.exp(mx)))
-        normal = jnp.log1p(jnp.exp(mn - mx)) + mx
-        return jnp.where(jnp.isnan(mnr) | jnp.isnan(mn.imag), nan,
-                         jnp.where(~jnp.isfinite(mnr) & (mnr == mxr), inf_case, normal))
-    mn = jnp.where(jnp.isnan(y), y, jnp.minimum(x, y))
-    mx = jnp.where(jnp.isnan(y), y, jnp.maximum(x, y))
-    return jnp.where((mn != mx) | jnp.isfinite(mn), jnp.log1p(jnp.exp(mn - mx)) + mx, x)
-
-
-@lower("logcumsumexp.default")
-def logcumsumexp(x, dim):
-    if not is_float(x.dtype):
-        raise not_implemented("logcumsumexp", x.dtype)
-    dt = out_dtype() or x.dtype
-    xa = to_dtype(x, opmath(dt))
-    if x.ndim == 0 or x.size == 0:
-        return xa
-    d = _axis(dim, x.ndim)
-    return lax.associative_scan(_logaddexp, xa, axis=d)
-
-
-# ---------------------------------------------------------------- sorting
-def _sort_last(x, descending):
-    """Stable sort along the last axis: (values, int64 indices); NaN is largest."""
-    n = x.shape[-1]
-    iota = lax.broadcasted_iota(jnp.int64, x.shape, x.ndim - 1)
-    k = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
-    if n <= 1:
-        return x, iota
-    if not descending:
-        sk, si = lax.sort((k, iota), dimension=x.ndim - 1, num_keys=1, is_stable=True)
-    else:
-        # ascending by (value, -index), reversed: descending values, ties by index
-        sk, sneg = lax.sort((k, -iota), dimension=x.ndim - 1, num_keys=2)
-        sk, si = jnp.flip(sk, -1), -jnp.flip(sneg, -1)
-    return sk.astype(x.dtype), si
-
-
-def _sort(x, dim, descending):
-    if _is_complex(x.dtype):
-        raise RuntimeError("Sort does not support complex dtypes")
-    if x.ndim == 0:
-        return x, jnp.zeros((), jnp.int64)
-    d = _axis(dim, x.ndim)
-    v, i = _sort_last(jnp.moveaxis(x, d, -1), descending)
-    return jnp.moveaxis(v, -1, d), jnp.moveaxis(i, -1, d)
-
-
-@lower("sort.default")
-def sort(x, dim=-1, descending=False):
-    return _sort(x, dim, descending)
-
-
-@lower("sort.stable")
-def sort_stable(x, *, stable=None, dim=-1, descending=False):
-    return _sort(x, dim, descending)
-
-
-@lower("topk.default")
-def topk(x, k, dim=-1, largest=True, sorted=True):
-    _no_complex("topk", x)
-    if x.dtype == jnp.bool_:
-        raise RuntimeError("topk does not support bool dtypes")
-    if x.ndim == 0:
-        return x, jnp.zeros((), jnp.int64)
-    d = _axis(dim, x.ndim)
-    xm = jnp.moveaxis(x, d, -1)
-    if k == 0 or xm.shape[-1] == 0:
-        v, i = xm[..., :0], jnp.zeros(xm.shape[:-1] + (0,), jnp.int64)
-    else:
-        # lax.top_k orders -NaN lowest and -0.0 below 0.0; PyTorch has every NaN
-        # largest and -0.0 == 0.0: rank a canonical key, gather the original values
-        key = xm
-        if is_float(key.dtype):
-            key = jnp.where(jnp.isnan(key), jnp.asarray(jnp.nan, key.dtype),
-                            jnp.where(key == 0, jnp.zeros((), key.dtype), key))
-            if not largest:
-                key = -key
-        elif not largest:
-            key = ~key
-        _, i = lax.top_k(key, k)
-        v = jnp.take_along_axis(xm, i, axis=-1)
-    return jnp.moveaxis(v, -1, d), jnp.moveaxis(i, -1, d)
-
-
-def _select(v, i, pos, d, keepdim):
-    """Pick sorted position `pos` (array over the leading dims, or int) along last axis."""
-    pos = jnp.asarray(pos)
-    if pos.ndim == 0:
-        pos = jnp.broadcast_to(pos, v.shape[:-1])
-    pos = pos[..., None]
-    rv = jnp.take_along_axis(v, pos, axis=-1)
-    ri = jnp.take_along_axis(i, pos, axis=-1)
-    rv, ri = jnp.moveaxis(rv, -1, d), jnp.moveaxis(ri, -1, d)
-    if not keepdim:
-        rv, ri = jnp.squeeze(rv, d), jnp.squeeze(ri, d)
-    return rv, ri
-
-
-@lower("kthvalue.default")
-def kthvalue(x, k, dim=-1, keepdim=False):
-    _no_complex("kthvalue", x)
-    _no_bool("kthvalue", x)
-    if x.ndim == 0:
-        return x, jnp.zeros((), jnp.int64)
-    d = _axis(dim, x.ndim)
-    v, i = _sort_last(jnp.moveaxis(x, d, -1), False)
-    return _select(v, i, k - 1, d, keepdim)
-
-
-def _median_last(x, ignore_nan):
-    """Median along the last axis of a non-empty x: (values, indices) over leading dims."""
-    n = x.shape[-1]
-    v, i = _sort_last(x, False)
-    if not is_float(x.dtype):
-        pos = jnp.full(x.shape[:-1], (n - 1) // 2, jnp.int64)
-        return v, i, pos
-    nan = jnp.isnan(x)
-    if ignore_nan:
-        m = jnp.sum(~nan, axis=-1)
-        pos = jnp.maximum((m - 1) // 2, 0)
-        return v, i, pos
-    # any NaN: the first NaN (sorted stably after all numbers, at position n - #nan)
-    cnt = jnp.sum(nan, axis=-1)
-    pos = jnp.where(cnt > 0, n - cnt, (n - 1) // 2)
-    return v, i, pos
-
-
-@lower("median.default")
-def median(x):
-    _no_complex("median", x)
-    _no_bool("median", x)
-    if x.size == 0:
-        return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
-    v, i, pos = _median_last(x.reshape(-1), False)
-    return jnp.take(v, pos)
-
-
-@lower("nanmedian.default")
-def nanmedian(x):
-    _no_complex("nanmedian", x)
-    _no_bool("nanmedian", x)
-    if x.size == 0:
-        return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
-    v, i, pos = _median_last(x.reshape(-1), True)
-    return jnp.take(v, pos)
-
-
-def _median_dim(x, dim, keepdim, ignore_nan):
-    name = "nanmedian" if ignore_nan else "median"
-    _no_complex(name, x)
-    _no_bool(name, x)
-    _need_nonempty_dim(name, x, dim)
-    if x.ndim == 0:
-        return x, jnp.zeros((), jnp.int64)
-    d = _axis(dim, x.ndim)
-    v, i, pos = _median_last(jnp.moveaxis(x, d, -1), ignore_nan)
-    return _select(v, i, pos, d, keepdim)
-
-
-@lower("median.dim")
-def median_dim(x, dim, keepdim=False):
-    return _median_dim(x, dim, keepdim, False)
-
-
-@lower("nanmedian.dim")
-def nanmedian_dim(x, dim, keepdim=False):
-    return _median_dim(x, dim, keepdim, True)
-
-
-@lower("mode.default")
-def mode(x, dim=-1, keepdim=False):
-    _no_complex("mode", x)
-    _need_nonempty_dim("mode", x, dim)
-    if x.ndim == 0:
-        return x, jnp.zeros((), jnp.int64)
-    d = _axis(dim, x.ndim)
-    xm = jnp.moveaxis(x, d, -1)
-    n = xm.shape[-1]
-    v, i = _sort_last(xm, False)
-    if n == 0:
-        return _select(v, i, 0, d, keepdim)
-    if n == 1:
-        return _select(v, i, 0, d, keepdim)
-    same = v[..., 1:] == v[..., :-1]
-    if is_float(v.dtype):
-        same = same | (jnp.isnan(v[..., 1:]) & jnp.isnan(v[..., :-1]))
-    shape = v.shape[:-1] + (1,)
-    is_start = jnp.concatenate([jnp.ones(shape, bool), ~same], axis=-1)
-    is_end = jnp.concatenate([~same, jnp.ones(shape, bool)], axis=-1)
-    j = lax.broadcasted_iota(jnp.int64, v.shape, v.ndim - 1)
-    start = lax.cummax(jnp.where(is_start, j, 0), axis=v.ndim - 1)
-    count = jnp.where(is_end, j - start + 1, 0)
-    best = jnp.argmax(count, axis=-1)  # the smallest value among the most frequent
-    return _select(v, i, best, d, keepdim)
-
-
-# ---------------------------------------------------------------- searching
-def search_sorted(bd, v, right, sorter):
-    """searchsorted's positions of `v` in the sorted last axis of `bd`: CPU's lower/upper
-    bound binary search (same comparisons, so NaN behaves alike); shared with the
-    histogram kernels."""
-    if sorter is not None:
-        bd = jnp.take_along_axis(bd, sorter.astype(jnp.int64), axis=-1)
-    n = bd.shape[-1]
-    v = jnp.asarray(v)
-    ct = jnp.result_type(bd, v)
-    bd = cast(bd, ct)
-    v = cast(v, ct)
-    start = jnp.zeros(v.shape, jnp.int64)
-    if n == 0:
-        return start
-    end = jnp.full(v.shape, n, jnp.int64)
-    one_d = bd.ndim == 1
-
-    def body(_, se):
-        s, e = se
-        active = s < e
-        mid = (s + e) // 2
-        midc = jnp.minimum(mid, n - 1)
-        mv = jnp.take(bd, midc) if one_d else jnp.take_along_axis(bd, midc, axis=-1)
-        go = ~(mv > v) if right else ~(mv >= v)
-        s = jnp.where(active & go, mid + 1, s)
-        e = jnp.where(active & ~go, mid, e)
-        return s, e
-
-    s, _ = lax.fori_loop(0, int(n).bit_length() + 1, body, (start, end))
-    return s
-
-
-@lower("searchsorted.Tensor", "searchsorted.Scalar")
-def searchsorted(sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
-    _no_bool("searchsorted", sorted_sequence)
-    r = right or side == "right"
-    return search_sorted(sorted_sequence, x, r, sorter)
-
-
-@lower("bucketize.Tensor", "bucketize.Scalar")
-def bucketize(x, boundaries, *, out_int32=False, right=False):
-    _no_bool("bucketize", boundaries)
-    return search_sorted(boundaries, x, right, None)
-
-
 # ---------------------------------------------------------------- histc
 @lower("histc.default", static=("bins", "min", "max"),
        normalize=lambda *a, **k: _histc_normalize(*a, **k))
 def histc(x, bins=100, min=0, max=0):
     if jnp.issubdtype(x.dtype, jnp.integer):
         return _histc_int(x, bins, min, max)
-    if not is_float(x.dtype) or _is_complex(x.dtype):
+    if not is_float(x.dtype) or is_complex(x.dtype):
         raise not_implemented("histc", x.dtype)
     dt = x.dtype
     lo, hi = float(min), float(max)
@@ -828,107 +488,6 @@ def _histc_normalize(self, bins=100, min=0, max=0):
 
 _INT_TORCH = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16,
               torch.uint32, torch.uint64)
-
-
-# ---------------------------------------------------------------- cdist
-def _pdiff(x1, x2):
-    return x1[..., :, None, :] - x2[..., None, :, :]
-
-
-def _dist_grad(diff, g, dist, p, acc):
-    """d dist / d x1 times g, elementwise over the differences (PyTorch's formulas)."""
-    zero = jnp.zeros((), acc)
-    nz = dist != 0
-    safe = jnp.where(nz, dist, 1)
-    if p == 0:
-        return jnp.zeros(diff.shape, acc)
-    if p == 1:
-        return g * jnp.sign(diff)
-    if p < 2:
-        r = jnp.where(nz, jnp.sign(diff) * jnp.power(jnp.abs(diff), p - 1) * g /
-                      jnp.power(safe, p - 1), zero)
-        return jnp.where(diff == 0, zero, r) if p < 1 else r
-    if p == 2:
-        return jnp.where(nz, g * diff / safe, zero)
-    if p == math.inf:
-        return g * jnp.sign(diff) * (1 - jnp.minimum(1, jnp.ceil(jnp.abs(jnp.abs(diff) - dist))))
-    return jnp.where(nz, diff * jnp.power(jnp.abs(diff), p - 2) * g / jnp.power(safe, p - 1), zero)
-
-
-@lower("_cdist_forward.default", static=("p",))
-def cdist_forward(x1, x2, p, compute_mode=None):
-    dt = out_dtype() or x1.dtype
-    x1, x2 = cast(x1, opmath(dt)), cast(x2, opmath(dt))
-    return pnorm_last(jnp.abs(_pdiff(x1, x2)), p)
-
-
-@lower("_cdist_backward.default", static=("p",))
-def cdist_backward(grad, x1, x2, p, cdist):
-    dt = out_dtype() or x1.dtype
-    acc = opmath(dt)
-    x1, x2, grad, cdist = (cast(t, acc) for t in (x1, x2, grad, cdist))
-    # like CPU, the result has the broadcast batch shape (autograd sums it down to x1's)
-    shape = tuple(out_meta().shape)
-    if p == 0 or x1.size == 0 or x2.size == 0 or 0 in shape:
-        return jnp.zeros(shape, acc)
-    diff = _pdiff(x1, x2)  # (..., P, R, M), batch dims broadcast
-    r = _dist_grad(diff, grad[..., None], cdist[..., None], p, acc)
-    return jnp.sum(r, axis=-2).reshape(shape)
-
-
-# ---------------------------------------------------------------- pdist
-# the distances of every pair i < j of rows, in row-major order of the upper triangle
-def _pairs(n):
-    i, j = np.triu_indices(n, 1)
-    return jnp.asarray(i), jnp.asarray(j)
-
-
-@lower("_pdist_forward.default", static=("p",))
-def pdist_forward(x, p=2.0):
-    dt = out_dtype() or x.dtype
-    x = cast(x, opmath(dt))
-    n = x.shape[0]
-    if n < 2:
-        return jnp.zeros((0,), x.dtype)
-    i, j = _pairs(n)
-    return pnorm_last(jnp.abs(x[i] - x[j]), p)
-
-
-@lower("_pdist_backward.default", static=("p",))
-def pdist_backward(grad, x, p, pdist):
-    dt = out_dtype() or x.dtype
-    acc = opmath(dt)
-    x, grad, pdist = (cast(t, acc) for t in (x, grad, pdist))
-    n = x.shape[0]
-    if n < 2 or x.shape[1] == 0 or p == 0:
-        return jnp.zeros(x.shape, acc)
-    i, j = _pairs(n)
-    diff = x[i] - x[j]  # (pairs, M)
-    r = _dist_grad(diff, grad[:, None], pdist[:, None], p, acc)
-    # row i gains d/dx_i, row j gains d/dx_j = -(that)
-    return jnp.zeros(x.shape, acc).at[i].add(r).at[j].add(-r)
-
-
-# ---------------------------------------------------------------- renorm
-@lower("renorm.default", static=("p",))
-def renorm(x, p, dim, maxnorm):
-    dt = x.dtype
-    acc = opmath(dt)
-    xa = cast(x, acc)
-    d = dim % x.ndim  # the meta kernel has checked x.ndim >= 2
-    a = jnp.moveaxis(jnp.abs(xa), d, 0)
-    norm = pnorm_last(a.reshape(a.shape[0], math.prod(a.shape[1:])), p)  # one per slice
-    norm = norm.reshape(tuple(-1 if k == d else 1 for k in range(x.ndim)))
-    # CPU: factor = maxnorm / (norm + 1e-7) where norm > maxnorm, else 1, computed from the
-    # float32 norm and rounded once to a half input's dtype; then self * factor
-    mx = jnp.asarray(maxnorm, acc)
-    factor = jnp.where(norm > mx, mx / (norm + jnp.asarray(1e-7, acc)), 1).astype(acc)
-    real = jnp.real(jnp.zeros((), dt)).dtype
-    if jnp.dtype(real) in HALF:
-        factor = cast(cast(factor, real), acc)
-    return cast(xa * factor, dt)
-
-
 
 
 # ---------------------------------------------------------------- isin
@@ -1072,8 +631,6 @@ def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets
                       gs * os_ / jnp.where(x == 0, 1, x))
     r = jnp.where(valid, r, 0)
     return cast(r.reshape(data.shape), dt)
-
-
 
 
 # ---------------------------------------------------------------- hash_tensor
