@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
+# the layering contract (pyproject.toml [tool.importlinter], docs/architecture.md)
+lint-imports --no-cache
 # one test file per worker process (a module's fixtures run once); TORCHNEURON_TEST_WORKERS=0
 # runs everything in this process
 workers="${TORCHNEURON_TEST_WORKERS:-2}"

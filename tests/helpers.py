@@ -18,13 +18,115 @@ import torchneuron
 DEV = torch.device("neuron:0")
 
 
+def rand(shape, dtype=torch.float32, low=-5, high=5, *, normal=False, seed=None, grad=False):
+    """Random CPU values of any dtype: floats uniform in [low, high) (normal ones with
+    `normal=True`), complex with both parts so, ints in [low, high) (from 0 for uint8),
+    fair bools; from the global generator, or a fresh one seeded with `seed`."""
+    g = None if seed is None else torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        t = torch.rand(shape, generator=g) > 0.5
+    elif dtype.is_complex and normal:
+        t = torch.randn(shape, generator=g, dtype=dtype)
+    elif dtype.is_complex:
+        part = torch.float64
+        t = torch.complex(rand(shape, part, low=low, high=high, seed=seed),
+                          rand(shape, part, low=low, high=high,
+                               seed=None if seed is None else seed + 1)).to(dtype)
+    elif dtype.is_floating_point:
+        if normal:
+            t = torch.randn(shape, generator=g, dtype=dtype)
+        else:
+            t = (torch.rand(shape, generator=g, dtype=torch.float64) * (high - low) + low).to(dtype)
+    else:
+        lo = max(low, 0) if dtype == torch.uint8 else low
+        t = torch.randint(lo, high, shape, generator=g, dtype=dtype)
+    return t.requires_grad_(grad) if grad else t
+
+
 def rand_of(shape, dtype=torch.float32):
     """Random CPU values of any dtype: normal floats, ints in [-9, 9], fair bools."""
-    if dtype == torch.bool:
-        return torch.rand(shape) > 0.5
-    if dtype.is_floating_point or dtype.is_complex:
-        return torch.randn(shape, dtype=dtype)
-    return torch.randint(-9, 10, shape, dtype=dtype)
+    return rand(shape, dtype, low=-9, high=10, normal=True)
+
+
+# One tolerance table (atol, rtol) for every test: per kind of computation and dtype.
+# Integer results compare exactly (the table has no entry for them).
+_TOL = {
+    "elementwise": {torch.bfloat16: (1e-2, 1.6e-2), torch.float16: (1e-3, 1e-3),
+                    torch.float32: (1e-5, 1.3e-5), torch.complex64: (1e-5, 1.3e-5),
+                    torch.float64: (1e-7, 1e-7), torch.complex128: (1e-7, 1e-7)},
+    "activation": {torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3),
+                   torch.float32: (2e-5, 2e-5), torch.float64: (1e-10, 1e-10)},
+    "loss": {torch.bfloat16: (3e-2, 3e-2), torch.float16: (3e-3, 3e-3),
+             torch.float32: (2e-5, 2e-5), torch.float64: (1e-10, 1e-10)},
+    "reduction": {torch.bfloat16: (1e-2, 1e-2), torch.float16: (1e-2, 1e-2),
+                  torch.float32: (1e-5, 1e-5), torch.complex64: (1e-5, 1e-5)},
+    "linalg": {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10),
+               torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3),
+               torch.complex64: (1e-4, 1e-4)},
+    "attention": {torch.float32: (2e-5, 1e-4), torch.float64: (1e-10, 1e-10),
+                  torch.bfloat16: (3e-2, 3e-2), torch.float16: (3e-3, 3e-3)},
+    "conv_pool": {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10),
+                  torch.bfloat16: (3e-2, 3e-2), torch.float16: (3e-3, 3e-3)},
+    "norm": {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10),
+             torch.bfloat16: (5e-2, 3e-2), torch.float16: (5e-3, 3e-3)},
+    "upsample": {torch.float32: (1e-5, 1e-5), torch.float64: (1e-10, 1e-10),
+                 torch.bfloat16: (3e-2, 3e-2), torch.float16: (3e-3, 3e-3)},
+}
+# what a dtype without an entry falls back to, per kind (None: PyTorch's default rule)
+_TOL_ELSE = {"elementwise": torch.float64, "activation": torch.float64, "loss": torch.float64}
+
+
+def tol(dtype, kind="elementwise", loose=1):
+    """dict(atol=..., rtol=...) for comparing a `kind` result of `dtype` with CPU's
+    (empty: torch.testing's defaults).  `loose` scales both."""
+    table = _TOL[kind]
+    if kind == "elementwise" and not (dtype.is_floating_point or dtype.is_complex):
+        dtype = torch.float32  # a float result computes in the default dtype
+    pair = table.get(dtype)
+    if pair is None and kind in _TOL_ELSE:
+        pair = table[_TOL_ELSE[kind]]
+    if pair is None:
+        return {}
+    return dict(atol=pair[0] * loose, rtol=pair[1] * loose)
+
+
+def raises_like(cpu_call, device_call, exact=True, native=True, expected=None,
+                exact_type=False):
+    """`cpu_call()` raises (or `expected` is what it raised), and `device_call()` raises
+    the same: the same type (a subclass too, unless `exact_type`) and, with `exact`, the
+    same message.  Returns the device's exception.  The one way tests say "raises the
+    same error as CPU"."""
+    if expected is None:
+        try:
+            cpu_call()
+        except Exception as e:  # noqa: BLE001
+            expected = e
+        else:
+            raise AssertionError("the CPU call did not raise")
+    with native_only(native), pytest.raises(type(expected)) as info:
+        device_call()
+    if exact_type:
+        assert type(info.value) is type(expected), (info.value, expected)
+    if exact:
+        assert str(info.value) == str(expected)
+    return info.value
+
+
+def check_raises(fn, *args, exact=True, native=True, **kwargs):
+    """fn raises on these CPU arguments and the same on neuron copies of them."""
+    return raises_like(lambda: fn(*clone_args(args), **clone_args(kwargs)),
+                       lambda: fn(*to_dev(clone_args(args)), **to_dev(clone_args(kwargs))),
+                       exact=exact, native=native)
+
+
+def check_or_raises(fn, *args, exact=False, **kw):
+    """Like check, but if PyTorch's CPU kernel rejects the input, the device must too."""
+    try:
+        fn(*clone_args(args))
+    except Exception as e:  # noqa: BLE001
+        raises_like(None, lambda: fn(*to_dev(clone_args(args))), exact=exact, expected=e)
+        return None
+    return check(fn, *args, **kw)
 
 
 def to_dev(x, device=DEV):
@@ -147,9 +249,8 @@ def check(fn, *args, atol=None, rtol=None, grad=False, native=True, check_stride
             # the device must refuse the same way
             if "is not implemented" not in str(e):
                 raise
-            with native_only(native), pytest.raises(type(e)) as info:
-                torch.autograd.backward(a_outs, [to_dev(c) for c in cots])
-            assert str(info.value) == str(e)
+            raises_like(None, lambda: torch.autograd.backward(a_outs, [to_dev(c) for c in cots]),
+                        native=native, expected=e)
             return actual
         with native_only(native):
             torch.autograd.backward(a_outs, [to_dev(c) for c in cots])

@@ -3,19 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import DEV, assert_same, check, native_only
+from helpers import DEV, assert_same, check, native_only, tol
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-
-
-def _tol(dtype):
-    if dtype == torch.bfloat16:
-        return dict(atol=2e-2, rtol=2e-2)
-    if dtype == torch.float16:
-        return dict(atol=2e-3, rtol=2e-3)
-    if dtype == torch.float32:
-        return dict(atol=2e-5, rtol=2e-5)
-    return dict(atol=1e-10, rtol=1e-10)
 
 
 def _x(shape, dtype, scale=4.0, seed=0):
@@ -73,17 +63,17 @@ ACTS = [
 @pytest.mark.parametrize("name,fn", ACTS, ids=[a[0] for a in ACTS])
 def test_activation(name, fn, dtype):
     x = _x((6, 8), dtype).requires_grad_()
-    check(fn, x, grad=True, **_tol(dtype))
+    check(fn, x, grad=True, **tol(dtype, "activation"))
 
 
 @pytest.mark.parametrize("name,fn", ACTS, ids=[a[0] for a in ACTS])
 def test_activation_noncontig_and_edge(name, fn):
     x = _noncontig((4, 6), torch.float32)
     assert not x.is_contiguous()
-    check(fn, x.requires_grad_(), grad=True, **_tol(torch.float32))
+    check(fn, x.requires_grad_(), grad=True, **tol(torch.float32, "activation"))
     # 0-d and empty inputs (glu needs an even, non-empty dim)
     if not name.startswith("glu"):
-        check(fn, torch.tensor(-0.7).requires_grad_(), grad=True, **_tol(torch.float32))
+        check(fn, torch.tensor(-0.7).requires_grad_(), grad=True, **tol(torch.float32, "activation"))
         check(fn, torch.zeros(0, 3).requires_grad_(), grad=True)
     # special values: inf / nan, exact thresholds
     y = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.5, 1.0, -1.0,
@@ -98,9 +88,9 @@ def test_activation_noncontig_and_edge(name, fn):
         # with the float64 result, which is the scalar formula's
         with native_only():
             got = fn(y.to(DEV))
-        assert_same(got, fn(y.double()).float(), **_tol(torch.float32))
+        assert_same(got, fn(y.double()).float(), **tol(torch.float32, "activation"))
         return
-    check(fn, y, **_tol(torch.float32))
+    check(fn, y, **tol(torch.float32, "activation"))
 
 
 def test_inplace_activations():
@@ -156,10 +146,10 @@ def test_int_relu_family(dtype):
 def test_prelu(dtype):
     x = _x((3, 4, 5), dtype).requires_grad_()
     w = (torch.rand(4, dtype=torch.float64) * 0.5).to(dtype).requires_grad_()
-    check(F.prelu, x, w, grad=True, **_tol(dtype))
+    check(F.prelu, x, w, grad=True, **tol(dtype, "activation"))
     w1 = torch.tensor([0.25], dtype=dtype).requires_grad_()
-    check(F.prelu, x, w1, grad=True, **_tol(dtype))
-    check(F.prelu, _x((7,), dtype).requires_grad_(), w1, grad=True, **_tol(dtype))
+    check(F.prelu, x, w1, grad=True, **tol(dtype, "activation"))
+    check(F.prelu, _x((7,), dtype).requires_grad_(), w1, grad=True, **tol(dtype, "activation"))
 
 
 # ---------------------------------------------------------------- softmax
@@ -175,13 +165,13 @@ SOFT = [
 @pytest.mark.parametrize("name,fn", SOFT, ids=[s[0] for s in SOFT])
 def test_softmax(name, fn, dim, dtype):
     x = _x((3, 5, 7), dtype, scale=10).requires_grad_()
-    check(lambda t: fn(t, dim), x, grad=True, **_tol(dtype))
+    check(lambda t: fn(t, dim), x, grad=True, **tol(dtype, "activation"))
 
 
 @pytest.mark.parametrize("name,fn", SOFT, ids=[s[0] for s in SOFT])
 def test_softmax_edge(name, fn):
     check(lambda t: fn(t, 1), _noncontig((4, 6), torch.float32).requires_grad_(), grad=True,
-          **_tol(torch.float32))
+          **tol(torch.float32, "activation"))
     check(lambda t: fn(t, 0), torch.tensor(1.5).requires_grad_(), grad=True)
     check(lambda t: fn(t, -1), torch.tensor(1.5).requires_grad_(), grad=True)
     check(lambda t: fn(t, 1), torch.zeros(3, 0).requires_grad_(), grad=True)
@@ -199,9 +189,9 @@ def test_softmax_edge(name, fn):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_softmax_half_to_float(dtype):
     x = _x((4, 9), dtype, scale=5).requires_grad_()
-    check(lambda t: torch.softmax(t, 1, dtype=torch.float32), x, grad=True, **_tol(torch.float32))
+    check(lambda t: torch.softmax(t, 1, dtype=torch.float32), x, grad=True, **tol(torch.float32, "activation"))
     check(lambda t: torch.log_softmax(t, 0, dtype=torch.float32), x, grad=True,
-          **_tol(torch.float32))
+          **tol(torch.float32, "activation"))
     # half_to_float=True (what CUDA's autocast path uses; CPU refuses it): compare with
     # the float32 computation, and the backward's result comes back in the half dtype
     import torchneuron
@@ -220,8 +210,8 @@ def test_softmax_half_to_float(dtype):
             out = op(xd.to(DEV), 1, True)
             gin = bop(g.to(DEV), out, 1, dtype)
         exp = ref(xd.float(), 1)
-        assert_same(out, exp, **_tol(torch.float32))
-        assert_same(gin, bop(g, exp, 1, torch.float32).to(dtype), **_tol(dtype))
+        assert_same(out, exp, **tol(torch.float32, "activation"))
+        assert_same(gin, bop(g, exp, 1, torch.float32).to(dtype), **tol(dtype, "activation"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -255,7 +245,7 @@ def test_native_lowerings_used():
     torchneuron.reset_fallback_stats()
     x = _x((4, 4), torch.float32).requires_grad_()
     for _, fn in ACTS:
-        check(fn, x, grad=True, **_tol(torch.float32))
+        check(fn, x, grad=True, **tol(torch.float32, "activation"))
     for _, fn in SOFT:
-        check(lambda t: fn(t, 1), x, grad=True, **_tol(torch.float32))
+        check(lambda t: fn(t, 1), x, grad=True, **tol(torch.float32, "activation"))
     assert torchneuron.decomposition_stats() == {}

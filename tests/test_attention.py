@@ -5,11 +5,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchneuron
-from helpers import check
+from helpers import check, tol
 from torchneuron.kernels import attention
-
-TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-10),
-       torch.bfloat16: dict(atol=3e-2, rtol=3e-2), torch.float16: dict(atol=3e-3, rtol=3e-3)}
 
 
 def _r(shape, dtype=torch.float32, grad=False):
@@ -64,14 +61,14 @@ def _fn(kwargs):
 @pytest.mark.parametrize("name,qs,ks,vs,kw,ms,mk", CASES, ids=[c[0] for c in CASES])
 def test_sdpa_forward(name, qs, ks, vs, kw, ms, mk, dtype, sdpa_mode):
     args = _args(qs, ks, vs, ms, mk, dtype, False)
-    check(_fn(kw), *args, **TOL[dtype])
+    check(_fn(kw), *args, **tol(dtype, "attention"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("name,qs,ks,vs,kw,ms,mk", CASES, ids=[c[0] for c in CASES])
 def test_sdpa_grad(name, qs, ks, vs, kw, ms, mk, dtype, sdpa_mode):
     args = _args(qs, ks, vs, ms, mk, dtype, True)
-    check(_fn(kw), *args, grad=True, **TOL[dtype])
+    check(_fn(kw), *args, grad=True, **tol(dtype, "attention"))
 
 
 def test_sdpa_bf16_grad():
@@ -102,16 +99,16 @@ def test_sdpa_fully_masked_rows(sdpa_mode):
     q, k, v = _r((1, 2, 4, 8), grad=True), _r((1, 2, 5, 8), grad=True), _r((1, 2, 5, 8), grad=True)
     m = torch.ones(4, 5, dtype=torch.bool)
     m[1] = False
-    check(_fn({}), q, k, v, m, grad=True, **TOL[torch.float32])
+    check(_fn({}), q, k, v, m, grad=True, **tol(torch.float32, "attention"))
     mf = torch.zeros(4, 5)
     mf[2] = float("-inf")
-    check(_fn({}), q, k, v, mf, grad=True, **TOL[torch.float32])
+    check(_fn({}), q, k, v, mf, grad=True, **tol(torch.float32, "attention"))
 
 
 def test_sdpa_noncontiguous(sdpa_mode):
     # the usual layout: (B, L, H, E) projections viewed as (B, H, L, E)
     q, k, v = (_r((2, 5, 3, 8)).transpose(1, 2).requires_grad_() for _ in range(3))
-    check(_fn({"is_causal": True}), q, k, v, grad=True, **TOL[torch.float32])
+    check(_fn({"is_causal": True}), q, k, v, grad=True, **tol(torch.float32, "attention"))
 
 
 def test_sdpa_mask_and_causal_error(sdpa_mode):

@@ -10,7 +10,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import torchneuron
 from helpers import DEV, assert_same, native_only
 from torchneuron import compile as tnc
 

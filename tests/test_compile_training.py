@@ -1,9 +1,7 @@
 """Compiled training steps (forward, backward, optimizer.step in one torch.compile)
 against the same steps run eagerly on the neuron device, same seed (dropout included)."""
-import pytest
 import torch
 
-import torchneuron
 from helpers import DEV, assert_same, native_only
 from torchneuron import compile as tnc
 

@@ -302,24 +302,27 @@ def test_gate_treats_measured_rounding_as_machine_dependent(tmp_path):
     assert len(probs) == 2 and probs[0].startswith("REGRESSION") and probs[1].startswith("NOW PASSES")
 
 
-def test_families_of_some_opinfos():
-    class U(OpInfo):
-        pass
+def test_families_come_from_the_registry():
+    """An OpInfo's family is the ops/ or kernels/ module that makes it native: by the aten
+    op it names, or (composite ops) by the native ops its first sample runs."""
+    from torchneuron.tools.opdb import families, load_op_db
 
-    def fam(name, cls=OpInfo, variant=""):
-        return family(cls(name, op=torch.add, dtypes=F32, variant_test_name=variant))
-
-    assert fam("nn.functional.conv2d") == "conv/pool"
-    assert fam("nn.functional.max_pool2d") == "conv/pool"
-    assert fam("nn.functional.layer_norm") == "norm"
-    assert fam("linalg.vector_norm") == "linalg"
-    assert fam("nn.functional.cross_entropy") == "loss/activation"
-    assert fam("softmax") == "loss/activation"
-    assert fam("bernoulli") == "random"
-    assert fam("index_put") == "indexing"
-    assert fam("cumsum") == "reduction"
-    assert fam("permute_copy") == "shape/view"
-    assert fam("arange") == "other"
+    db = {op.name: op for op in load_op_db() if not op.variant_test_name}
+    expected = {
+        "add": "elementwise", "cumsum": "scans", "sort": "sorting", "bernoulli": "random",
+        "index_put": "indexing", "nonzero": "indexing", "arange": "creation",
+        "permute_copy": "shape", "linalg.vector_norm": "reduction", "unique": "reduction",
+        "nn.functional.conv2d": "conv_pool", "nn.functional.max_pool2d": "conv_pool",
+        "nn.functional.layer_norm": "norm", "nn.functional.cross_entropy": "loss",
+        "nn.functional.linear": "linalg", "cdist": "distance", "special.bessel_j0": "special",
+        "fft.fft": "fft", "nn.functional.scaled_dot_product_attention": "attention",
+    }
+    got = {name: family(db[name]) for name in expected}
+    assert got == expected
+    native = set(torchneuron.native_ops().values())
+    assert {n.family for n in native} <= set(families())
+    for fam in set(expected.values()):
+        assert any(n.family == fam for n in native), fam
 
 
 @pytest.mark.skipif(os.environ.get("TORCHNEURON_SKIP_SLOW") == "1", reason="spawns a worker process")

@@ -4,10 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import check
-
-TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-10),
-       torch.bfloat16: dict(atol=3e-2, rtol=3e-2), torch.float16: dict(atol=3e-3, rtol=3e-3)}
+from helpers import check, check_raises, tol
 
 
 def _r(shape, dtype=torch.float32, grad=False):
@@ -61,14 +58,14 @@ def _fix_bias(name, args):
 @pytest.mark.parametrize("name,fn,xs,ws,has_bias", CONVS, ids=[c[0] for c in CONVS])
 def test_conv_forward(name, fn, xs, ws, has_bias, dtype):
     args = _fix_bias(name, _conv_args(xs, ws, has_bias, dtype))
-    check(fn, *args, **TOL[dtype])
+    check(fn, *args, **tol(dtype, "conv_pool"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("name,fn,xs,ws,has_bias", CONVS, ids=[c[0] for c in CONVS])
 def test_conv_grad(name, fn, xs, ws, has_bias, dtype):
     args = _fix_bias(name, _conv_args(xs, ws, has_bias, dtype, grad=True))
-    check(fn, *args, grad=True, **TOL[dtype])
+    check(fn, *args, grad=True, **tol(dtype, "conv_pool"))
 
 
 def test_conv_bf16_grad():
@@ -82,13 +79,13 @@ def test_conv_half_forward():
         F.conv2d(x, w)
     except RuntimeError:
         pytest.skip("CPU has no float16 convolution")
-    check(lambda x, w: F.conv2d(x, w, padding=1), x, w, **TOL[torch.float16])
+    check(lambda x, w: F.conv2d(x, w, padding=1), x, w, **tol(torch.float16, "conv_pool"))
 
 
 @pytest.mark.parametrize("mask", [(False, True, True), (True, False, False), (False, True, False)])
 def test_conv_grad_partial(mask):
     x, w, b = _r((2, 3, 6, 6), grad=mask[0]), _r((4, 3, 3, 3), grad=mask[1]), _r((4,), grad=mask[2])
-    check(lambda x, w, b: F.conv2d(x, w, b, stride=2), x, w, b, grad=True, **TOL[torch.float32])
+    check(lambda x, w, b: F.conv2d(x, w, b, stride=2), x, w, b, grad=True, **tol(torch.float32, "conv_pool"))
 
 
 def test_conv_channels_last():
@@ -97,13 +94,13 @@ def test_conv_channels_last():
     w = _r((4, 3, 3, 3), grad=True).detach().to(memory_format=torch.channels_last).requires_grad_()
     # values only: PyTorch's meta kernel (which lays out results here) keeps channels-last
     # outputs for CPU/CUDA inputs only
-    check(lambda x, w: F.conv2d(x, w, padding=1), xc, w, grad=True, **TOL[torch.float32])
+    check(lambda x, w: F.conv2d(x, w, padding=1), xc, w, grad=True, **tol(torch.float32, "conv_pool"))
 
 
 def test_conv_noncontiguous():
     x = _r((2, 7, 3, 7), grad=True).detach().transpose(1, 2).requires_grad_()
     w = _r((3, 4, 3, 3)).transpose(0, 1).requires_grad_()
-    check(lambda x, w: F.conv2d(x, w, padding=1), x, w, grad=True, **TOL[torch.float32])
+    check(lambda x, w: F.conv2d(x, w, padding=1), x, w, grad=True, **tol(torch.float32, "conv_pool"))
 
 
 def test_conv_empty_batch():
@@ -177,7 +174,7 @@ def test_pool_forward(name, fn, shape, dtype):
         fn(x)
     except NotImplementedError:
         pytest.skip(f"CPU has no {dtype} kernel")
-    check(fn, x, **TOL[dtype])
+    check(fn, x, **tol(dtype, "conv_pool"))
 
 
 @pytest.mark.parametrize("name,fn,shape", POOLS, ids=[p[0] for p in POOLS])
@@ -185,15 +182,15 @@ def test_pool_grad(name, fn, shape):
     x = _r(shape, torch.float64)
     if name.startswith("lp"):
         x = x.abs() + 0.1
-    check(fn, x.requires_grad_(), grad=True, **TOL[torch.float64])
+    check(fn, x.requires_grad_(), grad=True, **tol(torch.float64, "conv_pool"))
 
 
 @pytest.mark.parametrize("name", ["max2d_pad_stride", "avg2d_ceil_nopad", "aavg2d", "amax2d"])
 def test_pool_noncontiguous_and_channels_last(name):
     _, fn, shape = next(p for p in POOLS if p[0] == name)
     x = _r(shape, torch.float32)
-    check(fn, x.to(memory_format=torch.channels_last).requires_grad_(), grad=True, **TOL[torch.float32])
-    check(fn, x.transpose(2, 3).requires_grad_(), grad=True, **TOL[torch.float32])
+    check(fn, x.to(memory_format=torch.channels_last).requires_grad_(), grad=True, **tol(torch.float32, "conv_pool"))
+    check(fn, x.transpose(2, 3).requires_grad_(), grad=True, **tol(torch.float32, "conv_pool"))
 
 
 def test_max_pool_ties_and_nan():
@@ -237,7 +234,7 @@ def test_pool_modules():
         shape = (2, 3, 8) if isinstance(m, nn.MaxPool1d) else (1, 2, 4, 6, 6) if isinstance(m, nn.AvgPool3d) \
             else (2, 3, 8, 8)
         x = _r(shape).abs() + 0.1
-        check(m, x.requires_grad_(), grad=True, **TOL[torch.float32])
+        check(m, x.requires_grad_(), grad=True, **tol(torch.float32, "conv_pool"))
 
 
 def test_pool_errors():
@@ -281,11 +278,7 @@ def test_max_unpool_errors():
              lambda x, i: torch.ops.aten.max_unpool3d(x[None], (i % 8)[None], [4, 4], [2, 2, 2], [0, 0, 0]),
              lambda x, i: F.max_unpool3d(x[None], i[None] + 60, 2)]
     for fn in cases:
-        with pytest.raises(RuntimeError) as cpu:
-            fn(x, i)
-        with pytest.raises(RuntimeError) as dev:
-            fn(x.to("neuron"), i.to("neuron"))
-        assert str(dev.value) == str(cpu.value)
+        check_raises(fn, x, i, native=False)
 
 
 # ---------------------------------------------------------------- fractional max pooling

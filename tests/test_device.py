@@ -5,7 +5,6 @@ import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import torchneuron
 from helpers import DEV

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from torchneuron import dispatch
-from helpers import DEV, check, native_only, to_dev
+from helpers import DEV, check, check_raises, native_only, raises_like, to_dev
 
 F32, F64, F16, BF16 = torch.float32, torch.float64, torch.float16, torch.bfloat16
 
@@ -161,11 +161,8 @@ def test_addc_tensor_scalars_errors():
     xs = to_dev(_lists(2))
     with pytest.raises(RuntimeError, match="Expected scalars to be on CPU"):
         torch._foreach_addcmul(xs, xs, xs, torch.ones(2, device=DEV))
-    with pytest.raises(RuntimeError) as cpu:
-        torch._foreach_addcmul(_lists(2), _lists(2), _lists(2), torch.ones(3))
-    with native_only(), pytest.raises(RuntimeError) as dev:
-        torch._foreach_addcmul(xs, xs, xs, torch.ones(3))
-    assert str(dev.value) == str(cpu.value)
+    raises_like(lambda: torch._foreach_addcmul(_lists(2), _lists(2), _lists(2), torch.ones(3)),
+                lambda: torch._foreach_addcmul(xs, xs, xs, torch.ones(3)))
 
 
 @pytest.mark.parametrize("ord", [2, 1, 0, 3, float("inf"), float("-inf")])
@@ -176,12 +173,7 @@ def test_norm(ord):
 
 
 def test_norm_inf_empty_error():
-    xs = [torch.ones(2), torch.zeros(0)]
-    with pytest.raises(RuntimeError) as cpu:
-        torch._foreach_norm(xs, float("inf"))
-    with native_only(), pytest.raises(RuntimeError) as dev:
-        torch._foreach_norm(to_dev(xs), float("inf"))
-    assert str(dev.value) == str(cpu.value)
+    check_raises(lambda xs: torch._foreach_norm(xs, float("inf")), [torch.ones(2), torch.zeros(0)])
 
 
 def test_norm_dtype_and_half():
@@ -226,11 +218,7 @@ def test_inplace_on_views():
 
 
 def test_length_mismatch_error():
-    with pytest.raises(RuntimeError) as cpu:
-        torch._foreach_add(_lists(2), _lists(3))
-    with native_only(), pytest.raises(RuntimeError) as dev:
-        torch._foreach_add(to_dev(_lists(2)), to_dev(_lists(3)))
-    assert str(dev.value) == str(cpu.value)
+    check_raises(torch._foreach_add, _lists(2), _lists(3))
 
 
 def test_one_executable_per_call():
@@ -352,11 +340,7 @@ AMP_ERRORS = [
 
 @pytest.mark.parametrize("name,fn", AMP_ERRORS, ids=[e[0] for e in AMP_ERRORS])
 def test_amp_errors(name, fn):
-    with pytest.raises(RuntimeError) as cpu:
-        fn("cpu")
-    with native_only(), pytest.raises(RuntimeError) as dev:
-        fn(DEV)
-    assert str(dev.value) == str(cpu.value)
+    raises_like(lambda: fn("cpu"), lambda: fn(DEV))
 
 
 def test_foreach_copy_converts_like_cpu():

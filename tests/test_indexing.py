@@ -11,7 +11,6 @@ DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32
 FLOATS = [torch.float32, torch.float64]
 
 
-_rand = rand_of
 
 
 def _grad(dtype):
@@ -83,7 +82,7 @@ def _mask(shape, seed):
 @pytest.mark.parametrize("name,fn", READS, ids=[r[0] for r in READS])
 def test_getitem(name, fn, dtype, layout):
     shape = (6, 12, 5) if layout == "strided" else (6, 6, 5)
-    x = _leaf(_rand(shape, dtype))
+    x = _leaf(rand_of(shape, dtype))
     lay = LAYOUTS[layout]
     check(lambda x: fn(lay(x)), x, grad=_grad(dtype))
 
@@ -133,8 +132,8 @@ SETITEM_CASES = [(n, f, d) for n, f in WRITES for d in DTYPES
 @pytest.mark.parametrize("name,fn,dtype", SETITEM_CASES,
                          ids=[f"{n}-{d}" for n, _, d in SETITEM_CASES])
 def test_setitem(name, fn, dtype):
-    x = _leaf(_rand((6, 4), dtype))
-    v = _leaf(_rand((6, 4), dtype))
+    x = _leaf(rand_of((6, 4), dtype))
+    v = _leaf(rand_of((6, 4), dtype))
     check(fn, x, v, grad=_grad(dtype))
 
 
@@ -145,14 +144,14 @@ def test_setitem_inplace_view_direct():
         view[view > 0] = 0.5
         view[:, [1, 2]] += 1
         return base
-    check(f, _rand((5, 6)), _rand((6, 4)))
+    check(f, rand_of((5, 6)), rand_of((6, 4)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_index_put(dtype, accumulate):
-    x = _leaf(_rand((5, 4, 3), dtype))
-    v = _leaf(_rand((3, 3), dtype))
+    x = _leaf(rand_of((5, 4, 3), dtype))
+    v = _leaf(rand_of((3, 3), dtype))
     idx0 = _i(0, 4, 0) if accumulate else _i(0, 4, 2)  # duplicates only when accumulating
     idx1 = _i(1, -1, 2)
     g = _grad(dtype)
@@ -178,20 +177,20 @@ def test_index_put_accumulate_many_dups():
 
 
 def test_unsafe_index():
-    x = _rand((4, 5)).requires_grad_()
+    x = rand_of((4, 5)).requires_grad_()
     check(lambda x, i: torch.ops.aten._unsafe_index(x, [None, i]), x, _i(4, 0, 0), grad=True)
     check(lambda x, i: torch.ops.aten._unsafe_index(x, [i[:, None], i]), x, _i(3, 1), grad=True)
 
 
 def test_getitem_empty_and_0d():
-    x = _rand((0, 3)).requires_grad_()
+    x = rand_of((0, 3)).requires_grad_()
     check(lambda x: x[[]], x)
     check(lambda x: x[:, [0, 2]], x, grad=True)
     check(lambda x: x[x > 0], x, grad=True)
     y = torch.tensor(3.5, requires_grad=True)
     check(lambda y: y[None], y, grad=True)
     check(lambda y: y[..., None][[0, 0]], y, grad=True)
-    z = _rand((4, 0, 2))
+    z = rand_of((4, 0, 2))
     check(lambda z: z[[1, 2]], z)
     check(lambda z: z[:, :, [1]], z)
 
@@ -201,7 +200,7 @@ def test_getitem_empty_and_0d():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_gather(dim, dtype, layout):
-    x = _leaf(_rand((5, 6), dtype))
+    x = _leaf(rand_of((5, 6), dtype))
     n = 5 if dim == 0 and layout == "contig" or dim != 0 and layout == "transposed" else 6
     idx = torch.randint(0, n, (4, 3))
     lay = LAYOUTS[layout]
@@ -213,7 +212,7 @@ def test_gather(dim, dtype, layout):
 def test_gather_edge():
     x = torch.tensor(2.0, requires_grad=True)
     check(lambda x: torch.gather(x, 0, torch.tensor(0, device=x.device)), x, grad=True)
-    y = _rand((3, 4)).requires_grad_()
+    y = rand_of((3, 4)).requires_grad_()
     check(lambda y, i: torch.gather(y, 1, i), y, torch.zeros(3, 0, dtype=torch.long), grad=True)
     check(lambda y, i: torch.take_along_dim(y, i), y, _i(11, 0, 5), grad=True)
 
@@ -225,8 +224,8 @@ SCATTER_REDUCES = ["sum", "prod", "mean", "amax", "amin"]
                                    torch.bfloat16], ids=str)
 @pytest.mark.parametrize("dim", [0, 1])
 def test_scatter(dtype, dim):
-    x = _leaf(_rand((4, 5), dtype))
-    src = _leaf(_rand((3, 4), dtype))
+    x = _leaf(rand_of((4, 5), dtype))
+    src = _leaf(rand_of((3, 4), dtype))
     n = x.shape[dim]
     # unique targets along dim for scatter (a set without duplicates is deterministic)
     idx = torch.stack([torch.randperm(n)[:3] for _ in range(4)], 1) if dim == 0 else \
@@ -252,7 +251,7 @@ def _reduce_operands(xshape, sshape, dtype):
     conditioned and ties out of amax/amin."""
     if dtype.is_floating_point:
         return torch.rand(xshape, dtype=dtype) + 0.5, torch.rand(sshape, dtype=dtype) + 0.5
-    return _rand(xshape, dtype), _rand(sshape, dtype)
+    return rand_of(xshape, dtype), rand_of(sshape, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32],
@@ -275,7 +274,7 @@ def test_scatter_reduce(reduce, include_self, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("dim", [0, 1])
 def test_index_select(dim, dtype, layout):
-    x = _leaf(_rand((5, 5), dtype))
+    x = _leaf(rand_of((5, 5), dtype))
     lay = LAYOUTS[layout]
     idx = _i(4, 0, 0, 2)
     check(lambda x, i: torch.index_select(lay(x), dim, i), x, idx, grad=_grad(dtype))
@@ -293,12 +292,12 @@ def test_index_select_0d():
                                    torch.bfloat16], ids=str)
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_index_add_copy_fill(dim, dtype):
-    x = _leaf(_rand((4, 5), dtype))
+    x = _leaf(rand_of((4, 5), dtype))
     n = x.shape[dim]
     m = 3
     src_shape = list(x.shape)
     src_shape[dim] = m
-    src = _leaf(_rand(tuple(src_shape), dtype))
+    src = _leaf(rand_of(tuple(src_shape), dtype))
     dup = torch.randint(0, n, (m,))
     uniq = torch.randperm(n)[:m]
     g = _grad(dtype)
@@ -318,7 +317,7 @@ def test_index_add_copy_fill(dim, dtype):
 
 
 def test_index_fill_bool_and_0d():
-    x = _rand((3, 4), torch.bool)
+    x = rand_of((3, 4), torch.bool)
     check(lambda x: x.index_fill(1, torch.tensor([0, 3], device=x.device), True), x)
     y = torch.tensor(1.0, requires_grad=True)
     check(lambda y: y.index_fill(0, torch.tensor([0], device=y.device), 5.0), y, grad=True)
@@ -340,23 +339,23 @@ def test_index_reduce(reduce, include_self, dtype):
 # ---------------------------------------------------------------- masks
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_masked_fill(dtype):
-    x = _leaf(_rand((4, 5), dtype))
+    x = _leaf(rand_of((4, 5), dtype))
     m = _mask((4, 5), 0)
     g = _grad(dtype)
     val = True if dtype == torch.bool else 3
     check(lambda x, m: x.masked_fill(m, val), x, m, grad=g)
     check(lambda x, m: x.masked_fill(m[0], val), x, m, grad=g)            # broadcast mask
     check(lambda x, m: x.t().masked_fill(m.t(), val), x, m, grad=g)
-    check(lambda x, m, v: x.masked_fill(m, v), x, m, _leaf(_rand((), dtype)), grad=g)
+    check(lambda x, m, v: x.masked_fill(m, v), x, m, _leaf(rand_of((), dtype)), grad=g)
     check(lambda x, m: x.masked_fill(m, torch.tensor(val)), x, m, grad=g)   # CPU 0-d value
     check(lambda x, m: x.clone().masked_fill_(m[:, :1], val), x, m, grad=g)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_masked_scatter_select(dtype):
-    x = _leaf(_rand((4, 5), dtype))
+    x = _leaf(rand_of((4, 5), dtype))
     m = _mask((4, 5), 1)
-    src = _leaf(_rand((4, 5), dtype))
+    src = _leaf(rand_of((4, 5), dtype))
     g = _grad(dtype)
     check(lambda x, m, s: x.masked_scatter(m, s), x, m, src, grad=g)
     check(lambda x, m, s: x.masked_scatter(m[1], s), x, m, src, grad=g)
@@ -374,7 +373,7 @@ def test_masked_scatter_select(dtype):
 @pytest.mark.parametrize("dtype", DTYPES + [torch.uint8, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 4), (0, 3), ()], ids=str)
 def test_nonzero(dtype, shape):
-    x = _rand(shape, dtype) if dtype != torch.uint8 else torch.randint(0, 2, shape,
+    x = rand_of(shape, dtype) if dtype != torch.uint8 else torch.randint(0, 2, shape,
                                                                         dtype=torch.uint8)
     if dtype.is_floating_point and x.numel():
         x = torch.where(x > 0, x, torch.zeros_like(x))
@@ -402,13 +401,13 @@ def test_nonzero_buckets():
 # ---------------------------------------------------------------- take / put
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_take_put(dtype):
-    x = _leaf(_rand((4, 5), dtype))
+    x = _leaf(rand_of((4, 5), dtype))
     idx = torch.tensor([[0, 19], [-1, 7], [3, 3]])
     g = _grad(dtype)
     check(lambda x, i: torch.take(x, i), x, idx, grad=g)
     check(lambda x, i: torch.take(x.t(), i), x, idx, grad=g)
     check(lambda x, i: torch.take(x, i[:0]), x, idx, grad=g)
-    src = _leaf(_rand((4,), dtype))
+    src = _leaf(rand_of((4,), dtype))
     uniq = _i(0, -1, 7, 12)
     check(lambda x, i, s: x.put(i, s), x, uniq, src, grad=g)
     check(lambda x, i, s: x.clone().put_(i, s), x, uniq, src, grad=g)
@@ -424,7 +423,7 @@ def test_take_put(dtype):
 @pytest.mark.parametrize("padding_idx", [None, 2, -1])
 @pytest.mark.parametrize("scale", [False, True])
 def test_embedding(dtype, padding_idx, scale):
-    w = _leaf(_rand((10, 4), dtype))
+    w = _leaf(rand_of((10, 4), dtype))
     idx = torch.tensor([[0, 2, 9], [2, 2, 5]])
     atol = 2e-2 if dtype == torch.bfloat16 else 1e-6
     check(lambda w, i: F.embedding(i, w, padding_idx=padding_idx, scale_grad_by_freq=scale), w,
@@ -454,7 +453,7 @@ def test_embedding_module_training_step():
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_embedding_bag(mode, dtype):
-    w = _rand((10, 3), dtype).requires_grad_()
+    w = rand_of((10, 3), dtype).requires_grad_()
     idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
     offsets = torch.tensor([0, 3, 3, 6])
     check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), w, idx, offsets, grad=True)

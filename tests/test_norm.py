@@ -4,10 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import check
-
-TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-10),
-       torch.bfloat16: dict(atol=5e-2, rtol=3e-2), torch.float16: dict(atol=5e-3, rtol=3e-3)}
+from helpers import check, tol
 
 
 def _r(shape, dtype=torch.float32, grad=False, scale=1.0, shift=0.0):
@@ -44,7 +41,7 @@ def test_batch_norm_functional(shape, training, dtype):
         return F.batch_norm(x, rm, rv, w, b, training=training, momentum=0.3, eps=1e-3)
 
     # running stats are compared after the call: the in-place update is checked
-    check(f, x, w, b, rm, rv, **TOL[dtype])
+    check(f, x, w, b, rm, rv, **tol(dtype, "norm"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -59,13 +56,13 @@ def test_batch_norm_grad(shape, training, dtype):
     def f(x, w, b, rm, rv):
         return F.batch_norm(x, rm, rv, w, b, training=training, momentum=0.1, eps=1e-5)
 
-    check(f, x, w, b, rm, rv, grad=True, **TOL[dtype])
+    check(f, x, w, b, rm, rv, grad=True, **tol(dtype, "norm"))
 
 
 def test_batch_norm_no_affine_no_stats():
     x = _r((4, 3, 5, 5), grad=True)
-    check(lambda x: F.batch_norm(x, None, None, training=True), x, grad=True, **TOL[torch.float32])
-    check(lambda x: F.instance_norm(x), x, grad=True, **TOL[torch.float32])
+    check(lambda x: F.batch_norm(x, None, None, training=True), x, grad=True, **tol(torch.float32, "norm"))
+    check(lambda x: F.instance_norm(x), x, grad=True, **tol(torch.float32, "norm"))
 
 
 @pytest.mark.parametrize("cls,shape", [(nn.BatchNorm1d, (8, 4)), (nn.BatchNorm1d, (8, 4, 6)),
@@ -97,7 +94,7 @@ def test_batch_norm_momentum_none():
     # cumulative moving average: momentum=None uses 1/num_batches_tracked
     f, params = _functional(nn.BatchNorm2d(3, momentum=None))
     check(lambda x, rm, rv: F.batch_norm(x, rm, rv, training=True, momentum=0.5),
-          _r((2, 3, 4, 4)), torch.zeros(3), torch.ones(3), **TOL[torch.float32])
+          _r((2, 3, 4, 4)), torch.zeros(3), torch.ones(3), **tol(torch.float32, "norm"))
 
 
 def test_batch_norm_noncontiguous_channels_last():
@@ -105,10 +102,10 @@ def test_batch_norm_noncontiguous_channels_last():
     w, b = _r((3,), grad=True), _r((3,), grad=True)
     rm, rv = torch.zeros(3), torch.ones(3)
     check(lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, training=True), x, w, b, rm, rv,
-          grad=True, **TOL[torch.float32])
+          grad=True, **tol(torch.float32, "norm"))
     x = _r((4, 5, 3)).transpose(1, 2).requires_grad_()
     check(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b, grad=True,
-          **TOL[torch.float32])
+          **tol(torch.float32, "norm"))
 
 
 def test_batch_norm_running_stats_on_view():
@@ -117,7 +114,7 @@ def test_batch_norm_running_stats_on_view():
         F.batch_norm(x, buf[0], buf[1], training=True, momentum=0.5)
         return buf
 
-    check(f, _r((4, 3, 2)), torch.stack([torch.zeros(3), torch.ones(3)]), **TOL[torch.float32])
+    check(f, _r((4, 3, 2)), torch.stack([torch.zeros(3), torch.ones(3)]), **tol(torch.float32, "norm"))
 
 
 @pytest.mark.parametrize("track", [False, True])
@@ -125,9 +122,9 @@ def test_instance_norm_modules(track):
     torch.manual_seed(0)
     m = nn.InstanceNorm2d(3, affine=True, track_running_stats=track)
     f, params = _functional(m)
-    check(f, _r((2, 3, 5, 5), grad=True), *params, grad=True, **TOL[torch.float32])
+    check(f, _r((2, 3, 5, 5), grad=True), *params, grad=True, **tol(torch.float32, "norm"))
     m1 = nn.InstanceNorm1d(4, affine=False)
-    check(m1, _r((2, 4, 7), grad=True), grad=True, **TOL[torch.float32])
+    check(m1, _r((2, 4, 7), grad=True), grad=True, **tol(torch.float32, "norm"))
 
 
 # ---------------------------------------------------------------- layer norm
@@ -139,8 +136,8 @@ LN = [((4, 6), (6,)), ((2, 3, 5), (5,)), ((2, 3, 5), (3, 5)), ((2, 3, 4, 5), (4,
 def test_layer_norm(xs, ns, dtype):
     x = _r(xs, dtype, scale=3, shift=2)
     w, b = _r(ns, dtype), _r(ns, dtype)
-    check(lambda x, w, b: F.layer_norm(x, ns, w, b, eps=1e-4), x, w, b, **TOL[dtype])
-    check(lambda x: F.layer_norm(x, ns), x, **TOL[dtype])
+    check(lambda x, w, b: F.layer_norm(x, ns, w, b, eps=1e-4), x, w, b, **tol(dtype, "norm"))
+    check(lambda x: F.layer_norm(x, ns), x, **tol(dtype, "norm"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -148,9 +145,9 @@ def test_layer_norm(xs, ns, dtype):
 def test_layer_norm_grad(xs, ns, dtype):
     x = _r(xs, dtype, grad=True, scale=3, shift=2)
     w, b = _r(ns, dtype, grad=True), _r(ns, dtype, grad=True)
-    check(lambda x, w, b: F.layer_norm(x, ns, w, b), x, w, b, grad=True, **TOL[dtype])
-    check(lambda x: F.layer_norm(x, ns), x, grad=True, **TOL[dtype])
-    check(lambda x, w: F.layer_norm(x, ns, w), x, w, grad=True, **TOL[dtype])
+    check(lambda x, w, b: F.layer_norm(x, ns, w, b), x, w, b, grad=True, **tol(dtype, "norm"))
+    check(lambda x: F.layer_norm(x, ns), x, grad=True, **tol(dtype, "norm"))
+    check(lambda x, w: F.layer_norm(x, ns, w), x, w, grad=True, **tol(dtype, "norm"))
 
 
 def test_layer_norm_bf16_grad_and_noncontiguous():
@@ -162,7 +159,7 @@ def test_layer_norm_bf16_grad_and_noncontiguous():
 def test_layer_norm_module():
     m = nn.LayerNorm((4, 5), elementwise_affine=True, bias=True)
     f, params = _functional(m)
-    check(f, _r((2, 3, 4, 5), grad=True), *params, grad=True, **TOL[torch.float32])
+    check(f, _r((2, 3, 4, 5), grad=True), *params, grad=True, **tol(torch.float32, "norm"))
 
 
 # ---------------------------------------------------------------- group norm
@@ -174,7 +171,7 @@ GN = [((2, 6, 5), 3), ((2, 6, 4, 4), 2), ((3, 4, 2, 3, 2), 4), ((2, 6), 3), ((0,
 def test_group_norm(xs, g, dtype):
     x = _r(xs, dtype, scale=2, shift=1)
     w, b = _r((xs[1],), dtype), _r((xs[1],), dtype)
-    check(lambda x, w, b: F.group_norm(x, g, w, b, eps=1e-4), x, w, b, **TOL[dtype])
+    check(lambda x, w, b: F.group_norm(x, g, w, b, eps=1e-4), x, w, b, **tol(dtype, "norm"))
 
 
 @pytest.mark.parametrize("xs,g", GN, ids=[str(c) for c in GN])
@@ -182,15 +179,15 @@ def test_group_norm_grad(xs, g):
     dtype = torch.float64
     x = _r(xs, dtype, grad=True, scale=2, shift=1)
     w, b = _r((xs[1],), dtype, grad=True), _r((xs[1],), dtype, grad=True)
-    check(lambda x, w, b: F.group_norm(x, g, w, b), x, w, b, grad=True, **TOL[dtype])
-    check(lambda x: F.group_norm(x, g), x, grad=True, **TOL[dtype])
+    check(lambda x, w, b: F.group_norm(x, g, w, b), x, w, b, grad=True, **tol(dtype, "norm"))
+    check(lambda x: F.group_norm(x, g), x, grad=True, **tol(dtype, "norm"))
 
 
 def test_group_norm_module_noncontiguous():
     m = nn.GroupNorm(2, 4)
     f, params = _functional(m)
     x = _r((2, 5, 4, 3)).transpose(1, 2).requires_grad_()
-    check(f, x, *params, grad=True, **TOL[torch.float32])
+    check(f, x, *params, grad=True, **tol(torch.float32, "norm"))
 
 
 # ---------------------------------------------------------------- rms norm, lrn, weight norm
@@ -198,18 +195,18 @@ def test_group_norm_module_noncontiguous():
 def test_rms_norm(dtype):
     x = _r((2, 3, 8), dtype, grad=dtype != torch.bfloat16)
     w = _r((8,), dtype, grad=dtype != torch.bfloat16)
-    tol = TOL[dtype]
-    check(lambda x, w: F.rms_norm(x, (8,), w, eps=1e-5), x, w, grad=x.requires_grad, **tol)
-    check(lambda x: F.rms_norm(x, (3, 8)), x, grad=x.requires_grad, **tol)
+    tols = tol(dtype, "norm")
+    check(lambda x, w: F.rms_norm(x, (8,), w, eps=1e-5), x, w, grad=x.requires_grad, **tols)
+    check(lambda x: F.rms_norm(x, (3, 8)), x, grad=x.requires_grad, **tols)
     m = nn.RMSNorm(8)
     f, params = _functional(m.to(dtype))
-    check(f, x, *params, grad=x.requires_grad, **tol)
+    check(f, x, *params, grad=x.requires_grad, **tols)
 
 
 def test_local_response_norm():
-    check(lambda x: F.local_response_norm(x, 3), _r((2, 6, 5, 5), grad=True), grad=True, **TOL[torch.float32])
+    check(lambda x: F.local_response_norm(x, 3), _r((2, 6, 5, 5), grad=True), grad=True, **tol(torch.float32, "norm"))
     check(lambda x: F.local_response_norm(x, 2, alpha=1e-2, k=2.0), _r((2, 5, 7), grad=True), grad=True,
-          **TOL[torch.float32])
+          **tol(torch.float32, "norm"))
 
 
 @pytest.mark.parametrize("dim", [0, 1, -1])
@@ -219,18 +216,18 @@ def test_weight_norm_interface(dim):
     if dim != -1:
         gshape[dim] = v.shape[dim]
     g = _r(gshape, grad=True)
-    check(lambda v, g: torch._weight_norm(v, g, dim), v, g, grad=True, **TOL[torch.float32])
+    check(lambda v, g: torch._weight_norm(v, g, dim), v, g, grad=True, **tol(torch.float32, "norm"))
     if dim != 1:  # CPU's fused kernel takes the first or last dim only
         d = dim if dim != -1 else 2
         gi = _r([4, 1, 1] if d == 0 else [1, 1, 2], grad=True)
         check(lambda v, g: torch._weight_norm_interface(v, g, d), v, gi, grad=True,
-              **TOL[torch.float32])
+              **tol(torch.float32, "norm"))
 
 
 def test_weight_norm_module():
     lin = nn.utils.parametrizations.weight_norm(nn.Linear(5, 3))
     f, params = _functional(lin)
-    check(f, _r((4, 5), grad=True), *params, grad=True, **TOL[torch.float32])
+    check(f, _r((4, 5), grad=True), *params, grad=True, **tol(torch.float32, "norm"))
 
 
 def test_norm_errors():

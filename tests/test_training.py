@@ -1,9 +1,7 @@
 """End-to-end training on the device: natively (fallback policy 'error'), like CPU."""
-import pytest
 import torch
 import torch.nn.functional as F
 
-import torchneuron
 from helpers import DEV, assert_same, native_only
 
 

@@ -4,10 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import check
-
-TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float64: dict(atol=1e-10, rtol=1e-10),
-       torch.bfloat16: dict(atol=3e-2, rtol=3e-2), torch.float16: dict(atol=3e-3, rtol=3e-3)}
+from helpers import check, tol
 
 
 def _r(shape, dtype=torch.float32, grad=False):
@@ -56,13 +53,13 @@ def test_interpolate(name, shape, kw, dtype):
         F.interpolate(x, **kw)
     except (RuntimeError, NotImplementedError):
         pytest.skip(f"CPU has no {dtype} kernel for {name}")
-    check(lambda x: F.interpolate(x, **kw), x, **TOL[dtype])
+    check(lambda x: F.interpolate(x, **kw), x, **tol(dtype, "upsample"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("name,shape,kw", CASES, ids=[c[0] for c in CASES])
 def test_interpolate_grad(name, shape, kw, dtype):
-    check(lambda x: F.interpolate(x, **kw), _r(shape, dtype, grad=True), grad=True, **TOL[dtype])
+    check(lambda x: F.interpolate(x, **kw), _r(shape, dtype, grad=True), grad=True, **tol(dtype, "upsample"))
 
 
 @pytest.mark.parametrize("name", ["nearest2d_frac", "bilinear_up", "bicubic_down", "bilinear_aa_down"])
@@ -70,9 +67,9 @@ def test_interpolate_noncontiguous_channels_last(name):
     _, shape, kw = next(c for c in CASES if c[0] == name)
     x = _r(shape)
     check(lambda x: F.interpolate(x, **kw), x.to(memory_format=torch.channels_last).requires_grad_(),
-          grad=True, **TOL[torch.float32])
+          grad=True, **tol(torch.float32, "upsample"))
     xt = _r(shape[:2] + shape[2:][::-1]).transpose(-1, -2).requires_grad_()
-    check(lambda x: F.interpolate(x, **kw), xt, grad=True, **TOL[torch.float32])
+    check(lambda x: F.interpolate(x, **kw), xt, grad=True, **tol(torch.float32, "upsample"))
 
 
 @pytest.mark.parametrize("kw", [dict(size=(9, 12), mode="bilinear"), dict(scale_factor=2, mode="nearest"),
@@ -101,13 +98,13 @@ def test_upsample_modules():
     for m in [nn.Upsample(scale_factor=2, mode="nearest"), nn.Upsample(scale_factor=2, mode="bilinear"),
               nn.Upsample(size=(7, 9), mode="bicubic", align_corners=True), nn.UpsamplingBilinear2d(scale_factor=2),
               nn.UpsamplingNearest2d(size=(5, 5))]:
-        check(m, _r((2, 3, 4, 4), grad=True), grad=True, **TOL[torch.float32])
+        check(m, _r((2, 3, 4, 4), grad=True), grad=True, **tol(torch.float32, "upsample"))
 
 
 def test_upsample_direct_ops():
     x = _r((2, 3, 4, 5), grad=True)
     check(lambda x: torch.ops.aten.upsample_bilinear2d(x, [7, 9], False, scales_h=1.5, scales_w=2.0), x,
-          grad=True, **TOL[torch.float32])
+          grad=True, **tol(torch.float32, "upsample"))
     check(lambda x: torch.ops.aten.upsample_nearest2d(x, [8, 10]), x, grad=True)
     check(lambda x: torch.ops.aten._upsample_nearest_exact2d(x, [7, 11], 1.7, 2.2), x, grad=True)
 
@@ -133,7 +130,7 @@ def test_grid_sample_2d(mode, pad, ac):
     x = _r((2, 3, 5, 6), torch.float64, grad=True)
     g = (torch.rand(2, 4, 7, 2, dtype=torch.float64) * 2.6 - 1.3).requires_grad_()
     fn = lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=ac)  # noqa: E731
-    check(fn, x, g, grad=True, **TOL[torch.float64])
+    check(fn, x, g, grad=True, **tol(torch.float64, "upsample"))
     check(fn, x.detach().float().requires_grad_(), g.detach().float().requires_grad_(), grad=True,
           atol=1e-4, rtol=1e-4)
 
@@ -144,7 +141,7 @@ def test_grid_sample_3d(mode, pad, ac):
     x = _r((2, 3, 4, 5, 6), torch.float64, grad=True)
     g = (torch.rand(2, 3, 4, 2, 3, dtype=torch.float64) * 2.6 - 1.3).requires_grad_()
     check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=ac), x, g,
-          grad=True, **TOL[torch.float64])
+          grad=True, **tol(torch.float64, "upsample"))
 
 
 @pytest.mark.parametrize("ac", [False, True])
@@ -159,9 +156,9 @@ def test_affine_grid_sample(ac, pad):
         grid = F.affine_grid(theta, (2, 3, 4, 7), align_corners=ac)
         return F.grid_sample(x, grid, padding_mode=pad, align_corners=ac)
 
-    check(fn, x, theta, grad=True, **TOL[torch.float64])
+    check(fn, x, theta, grad=True, **tol(torch.float64, "upsample"))
     theta3 = _r((2, 3, 4), torch.float64, grad=True)
-    check(lambda t: F.affine_grid(t, (2, 3, 3, 4, 5), align_corners=ac), theta3, grad=True, **TOL[torch.float64])
+    check(lambda t: F.affine_grid(t, (2, 3, 3, 4, 5), align_corners=ac), theta3, grad=True, **tol(torch.float64, "upsample"))
 
 
 def test_grid_sample_noncontiguous_and_nonfinite():

@@ -33,6 +33,7 @@ COMMANDS = {
     "info": (None, _info, "versions and devices"),
     "config": (None, _config, "the TORCHNEURON_* settings in effect"),
     "conformance": ("torchneuron.tools.conformance", "main", "run the OpInfo conformance sweep"),
+    "ops": ("torchneuron.tools.native_ops", "main", "write docs/native-ops.md from the registry"),
 }
 
 

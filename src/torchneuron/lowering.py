@@ -87,8 +87,9 @@ class Meta:
 
 
 def where_of(fn) -> str:
-    """file:line of a function's definition (for duplicate-registration errors)."""
-    code = getattr(fn, "__code__", None)
+    """file:line of a function's (or code object's) definition (for duplicate-registration
+    errors)."""
+    code = fn if hasattr(fn, "co_filename") else getattr(fn, "__code__", None)
     if code is None:
         return repr(fn)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -95,10 +95,12 @@ def _make_decomp_entry(op):
         return None
     e = Entry(op, low, mode)
     _decomp_entries[op] = e
-    from .registry import NATIVE, Native
-
-    NATIVE.setdefault(op, Native("decomposed", "decompositions", "torch._decomp"))
     return e
+
+
+def decomposed_ops() -> list:
+    """Overloads run natively through a traced PyTorch decomposition so far."""
+    return list(_decomp_entries)
 
 
 def cpu_fallback(op, *args, **kwargs):

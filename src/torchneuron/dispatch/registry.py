@@ -21,6 +21,7 @@ PyTorch decomposition traced into one executable at first use).
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import NamedTuple
 
@@ -58,8 +59,15 @@ _libs: dict = {}
 
 
 def declare(op, fn, key="PrivateUse1", family=None, where=None):
-    """Declare an eager kernel for `op` (an OpOverload or a name) on dispatch `key`."""
+    """Declare an eager kernel for `op` (an OpOverload or a name) on dispatch `key`.  A
+    kernel built by dispatch itself (an out= kernel) belongs to the declaring module."""
     op = resolve(op)
+    if (getattr(fn, "__module__", "") or "").startswith(__package__) and family is None:
+        caller = sys._getframe(1)
+        while caller.f_globals.get("__name__", "").startswith(__package__):
+            caller = caller.f_back
+        family = caller.f_globals["__name__"].rsplit(".", 1)[-1]
+        where = where or f"{lowering.where_of(caller.f_code).split(':')[0]}:{caller.f_lineno}"
     where = where or where_of(fn)
     old = _KERNELS.get((op, key))
     if old is not None:
@@ -209,12 +217,13 @@ def install():
         _libs[("_", key)] = lib
     for (op, key), k in _KERNELS.items():
         _impl(op, k.fn, key)
-        if key == "PrivateUse1":
+        if key in ("PrivateUse1", "AutogradPrivateUse1") and op not in NATIVE:
             _native(op, "eager", k.family, k.where)
     # 3. one kernel per lowering
     for op, low in list(LOWERINGS.items()):
         if low.compile_only:
-            _native(op, "compile-only", low.family, low.where)
+            if op not in NATIVE:  # (an eager kernel of its own is what eager runs)
+                _native(op, "compile-only", low.family, low.where)
             continue
         if (op, "PrivateUse1") in _installed:
             continue  # an eager kernel; the lowering serves compiled graphs
@@ -251,14 +260,28 @@ def install():
     fallback.install()
 
 
+_DECOMPOSED = Native("decomposed", "decompositions", "torch._decomp")
+
+
 def natives() -> dict:
-    """{aten overload name: Native(kind, family, where)} of every native overload."""
-    return {op.name(): n for op, n in NATIVE.items()}
+    """{aten overload name: Native(kind, family, where)} of every native overload
+    (decompositions as they are found at first use)."""
+    from . import fallback
+
+    out = {op.name(): n for op, n in NATIVE.items()}
+    for op in fallback.decomposed_ops():
+        out.setdefault(op.name(), _DECOMPOSED)
+    return out
 
 
 def family(op) -> str | None:
     """The family an overload's native implementation belongs to (None if not native)."""
-    n = NATIVE.get(resolve(op) if not isinstance(op, torch._ops.OpOverload) else op)
+    from . import fallback
+
+    op = resolve(op) if not isinstance(op, torch._ops.OpOverload) else op
+    n = NATIVE.get(op)
+    if n is None and op in fallback.decomposed_ops():
+        n = _DECOMPOSED
     return n.family if n is not None else None
 
 

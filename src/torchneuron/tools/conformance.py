@@ -38,6 +38,7 @@ import tempfile
 import time
 
 from .. import config
+from .status import PRECEDENCE
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,7 +62,6 @@ DEFAULT_BASELINE = os.path.join(ROOT, "tests", "conformance_baseline.csv")
 
 CHECKS = ("forward", "backward")
 # sample-status precedence when several samples of a unit disagree
-PRECEDENCE = ["TIMEOUT", "ERROR", "MISMATCH", "FALLBACK", "PASS", "SKIP"]
 
 # ---------------------------------------------------------------------------
 # The CI gate: a fixed, deterministic sample of the sweep.  Chosen across the
@@ -105,24 +105,42 @@ GATE_EXTRA = {
 # the catalog of OpInfos (in the parent)
 
 
-def op_info(op):
+def op_info(op, with_family=True):
     """What the parent needs to know about an OpInfo."""
     from .opdb import DTYPE_NAMES, cpu_dtypes, family, has_backward
 
     return {
         "name": op.name,
         "variant": op.variant_test_name or "",
-        "family": family(op),
+        "family": family(op) if with_family else None,
         "dtypes": sorted(DTYPE_NAMES[d] for d in cpu_dtypes(op) if d in DTYPE_NAMES),
         "backward": has_backward(op),
     }
 
 
+_OPINFOS: dict = {}  # op id -> OpInfo, for families computed on demand
+
+
 def catalog():
-    """{op id: info} for every OpInfo in op_db, in op_db order."""
+    """{op id: info} for every OpInfo in op_db, in op_db order (families are filled in
+    for the ops a run selects: :func:`fill_families`)."""
     from .opdb import load_op_db, op_id
 
-    return {op_id(op): op_info(op) for op in load_op_db()}
+    cat = {}
+    for op in load_op_db():
+        oid = op_id(op)
+        _OPINFOS[oid] = op
+        cat[oid] = op_info(op, with_family=False)
+    return cat
+
+
+def fill_families(cat, op_ids):
+    """Each selected op's family, from the registry (tracing a sample for composite ops)."""
+    from .opdb import family
+
+    for oid in op_ids:
+        if cat[oid]["family"] is None:
+            cat[oid]["family"] = family(_OPINFOS[oid])
 
 
 def select_ops(cat, patterns):
@@ -574,6 +592,7 @@ def run_gate(workers=2, timeout=300.0, results_path=None, progress=True, log_pat
 
     cat = catalog()
     units = gate_units(cat)
+    fill_families(cat, sorted({u[0] for u in units}))
     tmp = None
     if results_path is None:
         tmp = tempfile.mkdtemp(prefix="tn-conformance-gate-")
@@ -609,7 +628,8 @@ def _split(s):
 
 
 def build_parser():
-    from .opdb import DTYPES, STATUSES
+    from .opdb import DTYPES
+    from .status import STATUSES
 
     p = argparse.ArgumentParser(
         prog="torchneuron conformance",
@@ -773,6 +793,7 @@ def main(argv=None) -> int:
         if args.shard:
             i, n = args.shard
             ops = [o for k, o in enumerate(ops) if k % n == i - 1]
+        fill_families(cat, ops)
         dtypes = [d for d in DTYPES if d in args.dtypes]
         done, _ = load_results(args.results)
         retry = set(args.retry)

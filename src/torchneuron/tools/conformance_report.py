@@ -6,12 +6,17 @@ import datetime as _dt
 import json
 import os
 
-from .opdb import DTYPES, FAMILIES, FAILED, STATUSES
+from .opdb import DTYPES, families
+from .status import CODE, FAILED, ORDER, STATUSES, TESTED
 
-TESTED = ("PASS", "MISMATCH", "ERROR", "FALLBACK", "TIMEOUT")  # rows that say something about the device
-ORDER = ["PASS", "FALLBACK", "MISMATCH", "ERROR", "TIMEOUT", "SKIP", "UNSUPPORTED_DTYPE"]
-CODE = {"PASS": "✓", "FALLBACK": "F", "MISMATCH": "M", "ERROR": "E", "TIMEOUT": "T", "SKIP": "s",
-        "UNSUPPORTED_DTYPE": "·"}
+
+def _families(rows):
+    """The families the rows name, in the registry's order (the sweep records each row's
+    family; a report of an older sweep keeps the families it was made with)."""
+    present = {r["family"] for r in rows}
+    known = [f for f in families() if f in present]
+    return known + sorted(present - set(known))
+
 
 
 def _dorder():
@@ -73,7 +78,7 @@ def summarize(rows, baseline=None):
             if sel:
                 by_dtype[f"{dt} {check}"] = {s: sum(r["status"] == s for r in sel) for s in ORDER}
     by_family = {}
-    for fam in FAMILIES:
+    for fam in _families(rows):
         sel = [r for r in rows if r["family"] == fam]
         if not sel:
             continue
@@ -331,7 +336,7 @@ def write_chart(path, summary, rows):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fams = [f for f in FAMILIES if f in summary["by_family"]]
+    fams = list(summary["by_family"])
     fams = fams[::-1]
     segs = [("native (lowered)", "#2e7d32"), ("native (decomposition)", "#81c784"), ("FALLBACK", "#ffb300"),
             ("MISMATCH", "#e53935"), ("ERROR", "#8e24aa"), ("TIMEOUT", "#546e7a")]

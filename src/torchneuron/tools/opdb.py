@@ -24,19 +24,6 @@ DTYPES = {
 }
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
-# What each status means (reports and the baseline use these codes).
-STATUSES = {
-    "PASS": "ran natively (lowering or traced decomposition) and matched the CPU",
-    "MISMATCH": "ran, but the values (or shape/dtype) differ from the CPU beyond tolerance",
-    "ERROR": "raised on the neuron device (or crashed the worker) while the CPU did not",
-    "FALLBACK": "matched the CPU, but at least one aten op ran through the CPU fallback",
-    "TIMEOUT": "did not finish within the per-unit time limit",
-    "UNSUPPORTED_DTYPE": "the OpInfo does not list this dtype for the CPU: nothing to compare with",
-    "SKIP": "the CPU itself rejects every sample, or the op has no samples for this dtype",
-}
-FAILED = ("MISMATCH", "ERROR", "TIMEOUT")
-
-
 @contextlib.contextmanager
 def _clean_argv():
     saved = sys.argv
@@ -78,125 +65,92 @@ def has_backward(op) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# op families, from the OpInfo class and name
+# op families: the registry's (the ops/ or kernels/ module that makes an op native)
 
-FAMILIES = [
-    "elementwise unary",
-    "elementwise binary/n-ary",
-    "reduction",
-    "indexing",
-    "linalg",
-    "conv/pool",
-    "norm",
-    "random",
-    "shape/view",
-    "loss/activation",
-    "other",
-]
-
-_RANDOM = {
-    "bernoulli", "normal", "uniform", "cauchy", "exponential", "geometric", "log_normal",
-    "multinomial", "rand_like", "randn_like", "randint_like", "randn", "randint",
-    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
-    "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "nn.functional.rrelu",
-    "native_dropout_backward", "svd_lowrank", "pca_lowrank",
-}
-_ACTIVATION = {
-    "relu", "relu6", "elu", "selu", "celu", "gelu", "silu", "mish", "prelu", "rrelu",
-    "leaky_relu", "hardtanh", "hardswish", "hardsigmoid", "hardshrink", "softshrink",
-    "tanhshrink", "threshold", "logsigmoid", "softsign", "softplus", "glu", "softmin",
-    "softmax", "log_softmax", "sigmoid", "logit",
-}
-_LINALG = {
-    "mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "addmv", "addr", "mv", "dot", "vdot",
-    "inner", "outer", "kron", "tensordot", "einsum", "cholesky", "cholesky_inverse",
-    "cholesky_solve", "lu", "lu_solve", "lu_unpack", "qr", "svd", "pinverse", "inverse", "det",
-    "logdet", "slogdet", "triangular_solve", "ormqr", "geqrf", "matrix_exp", "__rmatmul__",
-    "cross", "trace", "cdist", "dist", "chain_matmul", "nn.functional.linear",
-    "nn.functional.bilinear", "torch._scaled_mm", "torch._scaled_mm_v2", "sparse.sampled_addmm",
-    "sparse.mm", "corrcoef", "cov", "nn.functional.scaled_dot_product_attention",
-    "torch.ops.aten._flash_attention_forward", "torch.ops.aten._efficient_attention_forward",
-    "nn.functional.multi_head_attention_forward", "nn.functional.pdist",
-    "nn.functional.pairwise_distance", "nn.functional.cosine_similarity",
-}
-_CONV_POOL = (
-    "conv", "pool", "nn.functional.unfold", "nn.functional.fold", "interpolate", "upsample",
-    "grid_sample", "grid_sampler", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle",
-)
-_INDEXING = {
-    "gather", "scatter", "scatter_add", "take", "take_along_dim", "put", "masked_fill",
-    "masked_scatter", "masked_select", "nonzero", "nonzero_static", "argwhere", "__getitem__",
-    "index_put", "index_add", "index_copy", "index_fill", "index_select", "index_reduce",
-    "nn.functional.embedding", "nn.functional.embedding_bag", "nn.functional.one_hot",
-    "searchsorted", "bucketize", "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate",
-    "scatter_reduce", "diagonal_scatter", "select_scatter", "slice_scatter", "as_strided_scatter",
-    "unravel_index", "isin", "where", "tril_indices", "triu_indices",
-}
-_REDUCTION = {
-    "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "std", "var",
-    "var_mean", "std_mean", "logsumexp", "norm", "cumsum", "cumprod", "cummax", "cummin",
-    "logcumsumexp", "sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode",
-    "quantile", "nanquantile", "all", "any", "count_nonzero", "histc", "histogram", "histogramdd",
-    "bincount", "unique", "unique_consecutive", "aminmax", "nansum", "nanmean", "trapz",
-    "trapezoid", "cumulative_trapezoid", "equal", "allclose", "hash_tensor", "renorm", "diff",
-    "gradient", "_segment_reduce",
-}
-_SHAPE = {
-    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "T", "H", "mT", "mH",
-    "expand", "expand_as", "squeeze", "unsqueeze", "flatten", "unflatten", "cat", "stack", "hstack",
-    "vstack", "dstack", "column_stack", "split", "split_with_sizes", "unsafe_split", "chunk",
-    "unsafe_chunk", "tensor_split", "hsplit", "vsplit", "dsplit", "unbind", "narrow", "select",
-    "slice", "movedim", "flip", "fliplr", "flipud", "rot90", "roll", "repeat", "tile",
-    "repeat_interleave", "tril", "triu", "diag", "diag_embed", "diagonal", "diagflat", "as_strided",
-    "contiguous", "clone", "resize_", "resize_as_", "broadcast_to", "broadcast_tensors",
-    "broadcast_shapes", "atleast_1d", "atleast_2d", "atleast_3d", "meshgrid", "block_diag",
-    "cartesian_prod", "combinations", "ravel", "nn.functional.pad", "constant_pad_nd", "unfold",
-    "view_as_real", "view_as_complex", "sum_to_size", "_chunk_cat", "alias", "linalg.diagonal",
-    "fft.fftshift", "fft.ifftshift",
-}
-_CREATION_OR_OTHER = {"item", "to", "to_sparse", "zero_", "fill"}
+COMPOSITE = "composite"  # runs as PyTorch's decomposition into other (native) ops
+OTHER = "other"  # not an aten op, or runs on the CPU fallback
 
 
-def _base(name: str) -> str:
-    for suffix in ("_copy",):
-        if name.endswith(suffix) and name[: -len(suffix)] in _SHAPE:
-            return name[: -len(suffix)]
-    return name
+def _aten_family(name):
+    import torch
+
+    from .. import dispatch
+
+    try:
+        packet = getattr(torch.ops.aten, name) if name else None
+        overloads = [getattr(packet, ov) for ov in packet.overloads()] if packet else []
+    except (AttributeError, RuntimeError):  # not an aten operator
+        return None
+    overloads.sort(key=lambda o: o._overloadname != "default")
+    for o in overloads:
+        fam = dispatch.family(o)
+        if fam is not None:
+            return fam
+    for o in overloads:
+        try:
+            if torch._C._dispatch_has_kernel_for_dispatch_key(o.name(), "CompositeImplicitAutograd"):
+                return COMPOSITE
+        except RuntimeError:
+            continue
+    return None
+
+
+_PLUMBING = ("views", "memory", "creation")  # families of ops every program touches
+
+
+def _traced_family(op):
+    """The family of the native ops that do the work of the OpInfo's first sample: run it
+    on the CPU under a dispatch mode that records the aten ops hit, and take the most
+    used family (view, copy and creation ops only when nothing else runs)."""
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from .. import dispatch
+
+    hits = collections.Counter()
+    last = {}  # family -> position of its latest op (ties go to the later family)
+
+    class _Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            fam = dispatch.family(func) if isinstance(func, torch._ops.OpOverload) else None
+            if fam is not None:
+                hits[fam] += 1
+                last[fam] = sum(hits.values())
+            return func(*args, **(kwargs or {}))
+
+    try:
+        sample = next(iter(op.sample_inputs("cpu", torch.float32, requires_grad=False)))
+        with _Record():
+            op(sample.input, *sample.args, **sample.kwargs)
+    except Exception:  # noqa: BLE001  (no float32 samples, or the CPU refuses them)
+        return None
+    ranked = sorted(hits, key=lambda f: (hits[f], last[f]), reverse=True)
+    work = [f for f in ranked if f not in _PLUMBING]
+    return (work or ranked or [None])[0]
 
 
 def family(op) -> str:
-    name = op.name
-    short = name.rsplit(".", 1)[-1] if name.startswith("nn.functional.") else name
-    cls = type(op).__name__
-    base = _base(name)
-    if name in _RANDOM:
-        return "random"
-    if name.startswith("masked."):
-        short = name[len("masked."):]
-        if short in _REDUCTION:
-            return "reduction"
-        if short in _ACTIVATION:
-            return "loss/activation"
-        return "other"
-    if name.startswith("nn.functional.") and ("loss" in name or "entropy" in name or "kl_div" in name):
-        return "loss/activation"
-    if short in _ACTIVATION or name in ("_softmax_backward_data", "torch.ops.aten._safe_softmax.default"):
-        return "loss/activation"
-    if "norm" in name and not name.startswith("linalg.") and name not in ("norm", "renorm"):
-        return "norm"
-    if name in _LINALG or name.startswith("linalg."):
-        return "linalg" if name != "linalg.diagonal" else "shape/view"
-    if any(k in name for k in _CONV_POOL) and name != "unfold" and name != "unfold_copy":
-        return "conv/pool"
-    if base in _INDEXING or name in _INDEXING:
-        return "indexing"
-    if cls == "ReductionOpInfo" or base in _REDUCTION:
-        return "reduction"
-    if cls == "ShapeFuncInfo" or base in _SHAPE or name.startswith("nn.functional.pad"):
-        return "shape/view"
-    if cls == "UnaryUfuncInfo":
-        return "elementwise unary"
-    if cls == "BinaryUfuncInfo" or name in ("clamp", "lerp", "addcmul", "addcdiv", "logaddexp2",
-                                            "polar", "complex"):
-        return "elementwise binary/n-ary"
-    return "other"
+    """The family of an OpInfo, as the registry records it (the ops/ or kernels/ module
+    that makes it native): that of the aten op it names (``aten_name``, its
+    decomposition's ``decomp_aten_name``), else of the native ops its first sample runs
+    (composite ops), ``composite`` / ``other`` when neither says."""
+    names = [getattr(op, "aten_name", None), getattr(op, "decomp_aten_name", None),
+             op.name.replace(".", "_"), op.name.rsplit(".", 1)[-1]]
+    composite = False
+    for name in names:
+        fam = _aten_family(name)
+        if fam == COMPOSITE:
+            composite = True
+        elif fam is not None:
+            return fam
+    return _traced_family(op) or (COMPOSITE if composite else OTHER)
+
+
+def families() -> list:
+    """Every family a report can show, in display order."""
+    from .. import dispatch
+
+    native = sorted({n.family for n in dispatch.natives().values()})
+    return native + [COMPOSITE, OTHER]
