@@ -47,6 +47,16 @@ def is_complex(dt) -> bool:
     return jnp.issubdtype(dt, jnp.complexfloating)
 
 
+def real_dtype(dt):
+    """The real dtype of a complex one (its parts); other dtypes as they are."""
+    dt = jnp.dtype(dt)
+    if dt == jnp.complex64:
+        return jnp.dtype(jnp.float32)
+    if dt == jnp.complex128:
+        return jnp.dtype(jnp.float64)
+    return dt
+
+
 def to_dtype(x, dt):
     """cast, dropping the imaginary part for complex -> real like PyTorch."""
     if dt is not None and is_complex(x.dtype) and not is_complex(jnp.dtype(dt)):

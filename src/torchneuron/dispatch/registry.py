@@ -30,6 +30,7 @@ import torch
 from .. import lowering
 from ..lowering import LOWERINGS, METAS, DuplicateRegistration, family_of, resolve, where_of
 from . import meta as _meta
+from .bounds import first_bad
 from .entry import Entry, out_kernel
 from .schema import functional_of, inplace_variants, out_variants, schema
 
@@ -164,8 +165,6 @@ def with_extras(op, entry, low):
 
 
 def _check_bounds(op, finder, sch, pos, args, kwargs):
-    from .bounds import first_bad
-
     def arg(name):
         return sch.arg(args, kwargs, pos[name])
 

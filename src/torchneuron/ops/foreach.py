@@ -282,16 +282,18 @@ def _lr(lr, cd):
         else jnp.asarray(lr, cd)
 
 
+def _step_operands(p, g, maximize):
+    """An optimizer step's compute dtype, gradient (negated to maximize) and parameter."""
+    cd = opmath(p.dtype)
+    return cd, (-g if maximize else g), p.astype(cd)
+
+
 def _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1,
           beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf):
     gvals, new_grads = _unscale(grads, grad_scale, found_inf)
     new_p, new_m, new_v, new_mx = [], [], [], []
     for i, p in enumerate(self):
-        cd = opmath(p.dtype)
-        g = gvals[i]
-        pv = p.astype(cd)
-        if maximize:
-            g = -g
+        cd, g, pv = _step_operands(p, gvals[i], maximize)
         lr_c = _lr(lr, cd)
         if weight_decay != 0:
             if adamw:
@@ -340,11 +342,7 @@ def fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, 
     gvals, new_grads = _unscale(grads, grad_scale, found_inf)
     new_p, new_buf = [], []
     for i, p in enumerate(self):
-        cd = opmath(p.dtype)
-        g = gvals[i]
-        pv = p.astype(cd)
-        if maximize:
-            g = -g
+        cd, g, pv = _step_operands(p, gvals[i], maximize)
         if weight_decay != 0:
             g = g + jnp.asarray(weight_decay, cd) * pv
         if momentum != 0:
@@ -366,11 +364,7 @@ def fused_adagrad(self, grads, state_sums, state_steps, *, lr, lr_decay, weight_
     gvals, new_grads = _unscale(grads, grad_scale, found_inf)
     new_p, new_s = [], []
     for i, p in enumerate(self):
-        cd = opmath(p.dtype)
-        g = gvals[i]
-        pv = p.astype(cd)
-        if maximize:
-            g = -g
+        cd, g, pv = _step_operands(p, gvals[i], maximize)
         if weight_decay != 0:
             g = g + pv * jnp.asarray(weight_decay, cd)
         step = jnp.asarray(state_steps[i]).reshape(()).astype(jnp.float64)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ..numerics import jdtype, opmath, scalar_type_name, tdtype
+from ..numerics import jdtype, opmath, real_dtype, scalar_type_name, tdtype
 from ..lowering import lower, meta_kernel, out_dtype, out_meta, read_back, rng_key
 
 aten = torch.ops.aten
@@ -73,15 +73,6 @@ def _compute_float(dt):
     return jnp.float32
 
 
-def _real_of(dt):
-    dt = jnp.dtype(dt)
-    if dt == jnp.complex64:
-        return jnp.dtype(jnp.float32)
-    if dt == jnp.complex128:
-        return jnp.dtype(jnp.float64)
-    return dt
-
-
 def _open_uniform(key, shape, dt):
     """Uniform in the open interval (0, 1), in float dtype dt."""
     tiny = jnp.finfo(dt).tiny
@@ -100,7 +91,7 @@ def _kw_from(from_, kw, default):
 def _uniform_values(key, shape, dt, lo, hi):
     dt = jnp.dtype(dt)
     if jnp.issubdtype(dt, jnp.complexfloating):
-        rd = _real_of(dt)
+        rd = real_dtype(dt)
         parts = jax.random.uniform(key, shape + (2,), rd, minval=lo, maxval=hi)
         return lax.complex(parts[..., 0], parts[..., 1])
     return jax.random.uniform(key, shape, dt, minval=lo, maxval=hi)
@@ -126,7 +117,7 @@ def _normal_values(key, shape, dt, mean, std):
     imaginary parts each mean + std/sqrt(2) * N(0, 1), as PyTorch."""
     dt = jnp.dtype(dt)
     if jnp.issubdtype(dt, jnp.complexfloating):
-        rd = _real_of(dt)
+        rd = real_dtype(dt)
         z = jax.random.normal(key, shape + (2,), rd)
         v = jnp.asarray(mean, rd) + jnp.asarray(std / math.sqrt(2.0), rd) * z
         return lax.complex(v[..., 0], v[..., 1])
@@ -148,7 +139,7 @@ def _normal_tensors(mean, std):
     shape = tuple(out_meta().shape)
     key = rng_key()
     if jnp.issubdtype(dt, jnp.complexfloating):
-        rd = _real_of(dt)
+        rd = real_dtype(dt)
         z = jax.random.normal(key, shape + (2,), rd)
         m = jnp.broadcast_to(jnp.asarray(mean), shape)
         s = jnp.broadcast_to(jnp.asarray(std), shape)

@@ -35,19 +35,11 @@ from ..numerics import (
     no_complex,
     not_implemented,
     opmath,
+    real_dtype,
     round_to,
     scalar_type_name,
     to_dtype,
 )
-
-
-def _real_dtype(dt):
-    dt = jnp.dtype(dt)
-    if dt == jnp.complex64:
-        return jnp.dtype(jnp.float32)
-    if dt == jnp.complex128:
-        return jnp.dtype(jnp.float64)
-    return dt
 
 
 def _axes(dim, ndim, empty_all=True):
@@ -71,14 +63,18 @@ def _need_numel(name, x):
 
 
 # ---------------------------------------------------------------- sum / mean / prod
+def _sum_like(x, dim, keepdim, dtype, reduce, reduce_bool):
+    """sum/prod: in the opmath of the result dtype (bool stays bool: any/all)."""
+    axes = _axes(dim, x.ndim)
+    xa = to_dtype(x, opmath(sum_dtype(x, dtype)))
+    if xa.dtype == jnp.bool_:
+        return reduce_bool(xa, axis=axes, keepdims=keepdim)
+    return reduce(xa, axis=axes, keepdims=keepdim)
+
+
 @lower("sum.dim_IntList", "sum.default")
 def sum_(x, dim=None, keepdim=False, *, dtype=None):
-    dt = sum_dtype(x, dtype)
-    axes = _axes(dim, x.ndim)
-    xa = to_dtype(x, opmath(dt))
-    if xa.dtype == jnp.bool_:
-        return jnp.any(xa, axis=axes, keepdims=keepdim)
-    return jnp.sum(xa, axis=axes, keepdims=keepdim)
+    return _sum_like(x, dim, keepdim, dtype, jnp.sum, jnp.any)
 
 
 def _nansum_normalize(self, dim=None, keepdim=False, *, dtype=None):
@@ -105,17 +101,12 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     xa = to_dtype(x, opmath(dt))
     n = math.prod(x.shape[a] for a in axes)
     s = jnp.sum(xa, axis=axes, keepdims=keepdim)
-    return s / jnp.asarray(n, _real_dtype(xa.dtype)) if n else s * jnp.asarray(jnp.nan, _real_dtype(xa.dtype))
+    return s / jnp.asarray(n, real_dtype(xa.dtype)) if n else s * jnp.asarray(jnp.nan, real_dtype(xa.dtype))
 
 
 @lower("prod.default", "prod.dim_int")
 def prod(x, dim=None, keepdim=False, *, dtype=None):
-    dt = sum_dtype(x, dtype)
-    axes = _axes(dim, x.ndim)
-    xa = to_dtype(x, opmath(dt))
-    if xa.dtype == jnp.bool_:
-        return jnp.all(xa, axis=axes, keepdims=keepdim)
-    return jnp.prod(xa, axis=axes, keepdims=keepdim)
+    return _sum_like(x, dim, keepdim, dtype, jnp.prod, jnp.all)
 
 
 # ---------------------------------------------------------------- max / min family
@@ -231,7 +222,7 @@ def _var_mean(x, dim, correction, keepdim):
     if correction is None:
         correction = 1
     n = math.prod(x.shape[a] for a in axes)
-    rdt = _real_dtype(xa.dtype)
+    rdt = real_dtype(xa.dtype)
     m = jnp.mean(xa, axis=axes, keepdims=True) if n else \
         jnp.full(tuple(1 if i in axes else s for i, s in enumerate(x.shape)), jnp.nan, xa.dtype)
     d = xa - m
@@ -269,7 +260,7 @@ def std_mean(x, dim=None, *, correction=None, keepdim=False):
 
 # ---------------------------------------------------------------- norms
 def _vnorm(x, ord, axes, keepdim):
-    rdt = _real_dtype(opmath(x.dtype))
+    rdt = real_dtype(opmath(x.dtype))
     a = jnp.abs(cast(x, opmath(x.dtype))).astype(rdt)
     if ord == math.inf:
         return jnp.max(a, axis=axes, keepdims=keepdim)

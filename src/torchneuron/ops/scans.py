@@ -19,26 +19,24 @@ from ..numerics import (
 
 
 # ---------------------------------------------------------------- scans
-@lower("cumsum.default")
-def cumsum(x, dim, *, dtype=None):
-    dt = sum_dtype(x, dtype)
-    xa = to_dtype(x, opmath(dt))
+def _cum(x, dim, dtype, scan):
+    """cumsum/cumprod in the opmath of the result dtype (bool counts as int64)."""
+    xa = to_dtype(x, opmath(sum_dtype(x, dtype)))
     if x.ndim == 0 or x.size == 0:
         return xa
     if xa.dtype == jnp.bool_:
         xa = xa.astype(jnp.int64)
-    return lax.cumsum(xa, axis=canon_dim(dim, x.ndim))
+    return scan(xa, axis=canon_dim(dim, x.ndim))
+
+
+@lower("cumsum.default")
+def cumsum(x, dim, *, dtype=None):
+    return _cum(x, dim, dtype, lax.cumsum)
 
 
 @lower("cumprod.default")
 def cumprod(x, dim, *, dtype=None):
-    dt = sum_dtype(x, dtype)
-    xa = to_dtype(x, opmath(dt))
-    if x.ndim == 0 or x.size == 0:
-        return xa
-    if xa.dtype == jnp.bool_:
-        xa = xa.astype(jnp.int64)
-    return lax.cumprod(xa, axis=canon_dim(dim, x.ndim))
+    return _cum(x, dim, dtype, lax.cumprod)
 
 
 def _cum_ext(x, dim, largest):

@@ -123,24 +123,24 @@ def _median_last(x, ignore_nan):
     return v, i, pos
 
 
-@lower("median.default")
-def median(x):
-    no_complex("median", x)
-    no_bool("median", x)
+def _median_all(x, ignore_nan):
+    name = "nanmedian" if ignore_nan else "median"
+    no_complex(name, x)
+    no_bool(name, x)
     if x.size == 0:
         return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
-    v, i, pos = _median_last(x.reshape(-1), False)
+    v, i, pos = _median_last(x.reshape(-1), ignore_nan)
     return jnp.take(v, pos)
+
+
+@lower("median.default")
+def median(x):
+    return _median_all(x, False)
 
 
 @lower("nanmedian.default")
 def nanmedian(x):
-    no_complex("nanmedian", x)
-    no_bool("nanmedian", x)
-    if x.size == 0:
-        return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
-    v, i, pos = _median_last(x.reshape(-1), True)
-    return jnp.take(v, pos)
+    return _median_all(x, True)
 
 
 def _median_dim(x, dim, keepdim, ignore_nan):
