@@ -25,19 +25,23 @@ def _register() -> None:
 
     runtime.watch_compiles()
 
-    if torch._C._get_privateuse1_backend_name() != "neuron":
-        if torch._C._get_privateuse1_backend_name() != "privateuseone":
-            raise RuntimeError(
-                "torchneuron: the PrivateUse1 backend is already registered as "
-                f"{torch._C._get_privateuse1_backend_name()!r}")
-        from . import native
+    name = torch._C._get_privateuse1_backend_name()
+    if name != "privateuseone":
+        # another backend owns PrivateUse1 (AWS's torch-neuronx names its device 'neuron'
+        # too), or an earlier registration of torchneuron failed half-way
+        raise RuntimeError(
+            f"torchneuron: the PrivateUse1 backend is already registered as {name!r}"
+            + (" by another package (AWS's torch-neuronx?) or by a failed earlier import of "
+               "torchneuron; torchneuron cannot share a process with it" if name == "neuron"
+               else ""))
+    from . import native
 
-        # the C++ hooks first (they can return a pinned-memory allocator); PyTorch then
-        # ignores the Python hooks passed below
-        if not native.register_hooks(device.is_available):
-            native.install_python_pinning()
-        _setup_privateuseone_for_python_backend(
-            "neuron", backend_module=device, hook=_hooks(), device_guard=_guard())
+    # the C++ hooks first (they can return a pinned-memory allocator); PyTorch then
+    # ignores the Python hooks passed below
+    if not native.register_hooks(device.is_available):
+        native.install_python_pinning()
+    _setup_privateuseone_for_python_backend(
+        "neuron", backend_module=device, hook=_hooks(), device_guard=_guard())
     _patch_storage_methods()
     from . import amp, kernels, ops  # noqa: F401  (amp: autocast kernels)
 
