@@ -95,6 +95,17 @@ def test_noncontiguous_and_offset_inputs():
 
 
 # ---------------------------------------------------------------- mutation and aliasing
+@pytest.mark.parametrize("offset", [None, 1])
+def test_as_strided_with_and_without_storage_offset(offset):
+    """as_strided's storage_offset is optional (the FX node then has three arguments)."""
+    def f(x):
+        kw = {} if offset is None else {"storage_offset": offset}
+        return torch.as_strided(x * 2, (3, 2), (1, 3), **kw) + 1
+
+    x = torch.randn(12)
+    assert_same(_compile(f)(x.to(DEV)), f(x))
+
+
 def test_input_mutation_is_written_back():
     def f(x, buf):
         buf.add_(x)

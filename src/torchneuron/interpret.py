@@ -209,7 +209,7 @@ def run_graph(gm: torch.fx.GraphModule, args, device: int = 0, key=None, *, rng=
     return None
 
 
-def strided_view(x, x_meta, size, stride, storage_offset):
+def strided_view(x, x_meta, size, stride, storage_offset=None):
     """as_strided over the values of a contiguous tensor (offsets relative to its storage)."""
     if x_meta is None or not x_meta.is_contiguous():
         return None
