@@ -106,6 +106,64 @@ def test_as_strided_with_and_without_storage_offset(offset):
     assert_same(_compile(f)(x.to(DEV)), f(x))
 
 
+def _put_scalar(x, m, r):
+    y = x.clone()
+    y[m[..., 0]] = 0.5
+    return y * 2
+
+
+def _put_row(x, m, r):
+    y = x.clone()
+    y[m[..., 0]] = r
+    return y
+
+
+def _put_after_slice(x, m, r):
+    y = x.clone()
+    y[:, m[0, :, 0]] = -1.0
+    return y
+
+
+def _put_full_mask(x, m, r):
+    y = x.clone()
+    y[m] = 7.0
+    return y
+
+
+def _put_accumulate(x, m, r):
+    return x.clone().index_put_((m[..., 0],), r[:1], accumulate=True)
+
+
+def _put_bool(x, m, r):
+    y = m.clone()
+    y[m[..., 0]] = True
+    return y
+
+
+@pytest.mark.parametrize("fn", [_put_scalar, _put_row, _put_after_slice, _put_full_mask,
+                                _put_accumulate, _put_bool])
+def test_boolean_mask_assignment_compiles(fn):
+    """x[mask] = v with v independent of the mask's count has a static shape: it compiles
+    (a where) instead of raising (found by the model scan: t5gemma2)."""
+    x = torch.randn(4, 5, 3)
+    m, r = x > 0, torch.tensor([1.0, 2.0, 3.0])
+    got = _compile(fn)(x.to(DEV), m.to(DEV), r.to(DEV))
+    assert_same(got, fn(x, m, r))
+
+
+def test_boolean_mask_assignment_of_per_element_values_still_explains():
+    def f(x, m, v):
+        y = x.clone()
+        y[m] = v
+        return y
+
+    x = torch.randn(6)
+    m = x > 0
+    v = torch.arange(int(m.sum()), dtype=torch.float32)
+    with pytest.raises(Exception, match="boolean mask indices have a data-dependent shape"):
+        _compile(f)(x.to(DEV), m.to(DEV), v.to(DEV))
+
+
 def test_input_mutation_is_written_back():
     def f(x, buf):
         buf.add_(x)

@@ -193,8 +193,39 @@ def index(x, indices):
     return x.at[idx].get(mode="fill")
 
 
+def _is_mask(i):
+    return i is not None and jnp.asarray(i).dtype in (jnp.bool_, jnp.uint8)
+
+
+def _masked_put(x, indices, values, accumulate):
+    """``x[mask] = v`` with a value that does not depend on how many elements are selected
+    (one value, or one row broadcast over the dims after the mask): a `where`, whose shape
+    is static (a compiled graph cannot hold the nonzero of the mask).  None otherwise."""
+    p = 0
+    while p < len(indices) and indices[p] is None:
+        p += 1
+    if p != len(indices) - 1:
+        return None  # the mask is not the last index, or several tensor indices
+    m = jnp.asarray(indices[p]) != 0
+    rest = x.shape[p + m.ndim:]
+    v = cast(jnp.asarray(values), x.dtype)
+    if v.ndim == len(rest) + 1 and v.shape[0] == 1:
+        v = v[0]
+    if v.ndim > len(rest) or any(a != 1 and a != b for a, b in zip(reversed(v.shape), reversed(rest))):
+        return None
+    mb = m.reshape((1,) * p + m.shape + (1,) * len(rest))
+    if accumulate:
+        r = _bool_math(x) + jnp.where(mb, _bool_math(v), jnp.zeros((), _bool_math(x).dtype))
+        return _fix_bool(r, x.dtype)
+    return jnp.where(mb, v, x)
+
+
 @lower("index_put.default", "_unsafe_index_put.default")
 def index_put(x, indices, values, accumulate=False):
+    if any(_is_mask(i) for i in indices):
+        r = _masked_put(x, list(indices), values, accumulate)
+        if r is not None:
+            return r
     idx = _idx_tuple(indices)
     v = cast(jnp.asarray(values), x.dtype)
     res = jax.eval_shape(lambda a: a[idx], x).shape
