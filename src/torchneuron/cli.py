@@ -34,6 +34,7 @@ COMMANDS = {
     "config": (None, _config, "the TORCHNEURON_* settings in effect"),
     "conformance": ("torchneuron.tools.conformance", "main", "run the OpInfo conformance sweep"),
     "ops": ("torchneuron.tools.native_ops", "main", "write docs/native-ops.md from the registry"),
+    "scan": ("torchneuron.tools.model_scan", "main", "run the Hugging Face model scan"),
 }
 
 
