@@ -377,6 +377,8 @@ def run(name, stages, seed=0):
                     _seed(seed)  # the same random stream on both sides (dropout-free models still sample)
                     got = db(**_to(binp, dev))
                     ok, worst = compare(got, want, TOL["bf16"])
+                if not ok:  # bf16 rounding: judged against the float32 CPU run
+                    ok = rec["rounding"] = rounding_only(got, want, cpu_out, TOL["bf16"])
                 _emit(_status(ok, w, rec, worst))
                 del db, cb
             elif stage == "autocast":
@@ -384,6 +386,15 @@ def run(name, stages, seed=0):
                     _seed(seed)  # the same random stream on both sides (dropout-free models still sample)
                     got = dmodel(**dinputs)
                 ok, worst = compare(got, cpu_out, TOL["autocast"])
+                if not ok:
+                    # as far from float32 as the CPU's own bf16 autocast is: rounding
+                    try:
+                        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                            _seed(seed)
+                            cpu_ac = model(**inputs)
+                        ok = rec["rounding"] = rounding_only(got, cpu_ac, cpu_out, TOL["autocast"])
+                    except Exception:  # noqa: BLE001  (CPU autocast lacks an op: no judge)
+                        pass
                 _emit(_status(ok, w, rec, worst))
         except Exception as e:  # noqa: BLE001
             rec.update(status="ERROR", error=_first_line(e), where=_where(e))
