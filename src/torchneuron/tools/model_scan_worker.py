@@ -218,6 +218,9 @@ def run(name, stages, seed=0):
         except zoo.BuildError as e:
             reasons.append(str(e))
             continue
+        # the device copy is taken before any CPU run: some models cache tensors as plain
+        # attributes in their first forward, which `.to()` does not move (as with CUDA)
+        pristine = copy.deepcopy(model)
         if kind == "pipeline":
             inputs = cands[0]
             break
@@ -255,7 +258,7 @@ def run(name, stages, seed=0):
             if stage != "generate" or kind in ("causal", "seq2seq"):
                 _emit({"stage": stage, "status": "SKIP", "reason": RANDOM_REASON})
         return
-    dmodel = copy.deepcopy(model).to(dev)
+    dmodel = pristine.to(dev)
     dinputs = _to(inputs, dev)
 
     for stage in stages:
