@@ -74,6 +74,9 @@ KNOBS = {k.name: k for k in [
          "torch.compile: XLA executables kept per graph (one per input signature)."),
     Knob("TORCHNEURON_COMPILE_DONATE", "1", "bool",
          "torch.compile: `0` turns off buffer donation for mutated inputs."),
+    Knob("TORCHNEURON_SCAN_XLA_CACHE", None, "path",
+         "`torchneuron scan`: the XLA compilation cache its model processes share (default "
+         "`$TMPDIR/torchneuron-scan-xla`; `off` disables it)."),
     Knob("TORCHNEURON_CONFORMANCE_ROOT", None, "path",
          "set by `torchneuron conformance --snapshot`: the checkout reports are written to.",
          internal=True),

@@ -41,6 +41,7 @@ import tempfile
 import threading
 import time
 
+from .. import config
 from .conformance import repo_root
 
 ROOT = repo_root()
@@ -107,8 +108,8 @@ def scan_env():
                TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore",
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     # the executables of one model's ops are the next one's (same tiny shapes): share them
-    cache = os.environ.get("TORCHNEURON_SCAN_XLA_CACHE",
-                           os.path.join(tempfile.gettempdir(), "torchneuron-scan-xla"))
+    cache = config.get("TORCHNEURON_SCAN_XLA_CACHE") or os.path.join(
+        tempfile.gettempdir(), "torchneuron-scan-xla")
     if cache != "off":
         env.setdefault("JAX_COMPILATION_CACHE_DIR", cache)
         env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
