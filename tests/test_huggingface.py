@@ -94,7 +94,8 @@ def test_trainer_bf16(tmp_path):
 
 
 def test_trainer_checkpoint_and_resume(tmp_path):
-    whole = _json_out([TRAINER, "gpt2", str(tmp_path / "whole"), "--steps", "6"])
+    # the uninterrupted reference runs on the CPU: the resumed device run must equal it
+    whole = _json_out([TRAINER, "gpt2", str(tmp_path / "whole"), "--steps", "6", "--cpu"])
     _json_out([TRAINER, "gpt2", str(tmp_path / "part"), "--steps", "6", "--save-steps", "3"])
     ckpt = tmp_path / "part" / "checkpoint-3"
     assert (ckpt / "model.safetensors").exists() and (ckpt / "optimizer.pt").exists()
@@ -103,7 +104,7 @@ def test_trainer_checkpoint_and_resume(tmp_path):
     # the resumed run's history holds the checkpoint's three logged losses, then its own
     _losses_close(resumed["losses"], whole["losses"], 1e-5)
     for k, v in whole["params"].items():
-        assert resumed["params"][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+        assert resumed["params"][k] == pytest.approx(v, rel=1e-4, abs=1e-5), k
 
 
 def test_aws_package_next_to_the_shim_is_refused(tmp_path):
