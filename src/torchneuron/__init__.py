@@ -50,6 +50,9 @@ def _register() -> None:
     dispatch.install()  # every registration with PyTorch, in one place
     from . import dynamo_skip
 
+    from . import distributed
+
+    distributed.register()  # the "neuron" c10d backend
     dynamo_skip.skip_loaded_modules()
     _registered = True
 
@@ -111,6 +114,18 @@ def _patch_storage_methods() -> None:
         return src.clone().untyped_storage()
 
     torch.storage._StorageBase.clone = clone
+
+    # UntypedStorage.resize_ would reach PrivateUse1 hooks' resizePrivateUse1Bytes,
+    # which has no Python slot (FSDP2 frees and refills parameter storage with it)
+    orig_resize = torch.UntypedStorage.resize_
+
+    def resize_(self, size):
+        if self.device.type != "neuron":
+            return orig_resize(self, size)
+        storage.resize_storage(self, int(size))
+        return self
+
+    torch.UntypedStorage.resize_ = resize_
 
     # torch.UntypedStorage(n, device="neuron") would reach a C++ allocator that a
     # Python backend cannot register (a null allocator: a crash).  Build the

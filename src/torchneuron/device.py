@@ -46,11 +46,14 @@ def _index(device=None) -> int:
         if device.type != "neuron":
             raise ValueError(f"Expected a neuron device, but got: {device}")
         idx = _current if device.index is None else device.index
+    if idx != 0 and idx == runtime.local_alias():
+        idx = 0  # under torchrun, LOCAL_RANK names this process's one device
     if not 0 <= idx < device_count():
         raise RuntimeError(
             f"Invalid device ordinal: neuron:{idx} requested but only {device_count()} neuron "
             "device(s) are available"
-        )
+            + (" (under torchrun each process sees one device, neuron:0, which "
+               "LOCAL_RANK also names)" if runtime.torchrun_local() else ""))
     return idx
 
 

@@ -33,6 +33,45 @@ def _pick_platform() -> str:
     return "cpu"
 
 
+# ---------------------------------------------------------------- one device per process
+# Under torchrun (LOCAL_RANK / LOCAL_WORLD_SIZE set, more than one process on the node)
+# each process sees exactly one device, LOCAL_RANK's, as neuron:0: the Python device
+# guard always reports device 0 (autograd's engine asserts on neuron:1), and jax must
+# not claim every GPU in every process.
+def torchrun_local() -> tuple[int, int] | None:
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) when launched by torchrun with >1 local process."""
+    import os
+
+    try:
+        rank = int(os.environ["LOCAL_RANK"])
+        size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except (KeyError, ValueError):
+        return None
+    return (rank, size) if size > 1 else None
+
+
+def _restrict_gpus() -> None:
+    local = torchrun_local()
+    if local is None or config.get("TORCHNEURON_PLATFORM").strip().lower() == "cpu":
+        return
+    try:
+        jax.config.update("jax_cuda_visible_devices", str(local[0]))
+    except (AttributeError, KeyError, ValueError, RuntimeError):
+        pass  # a jax without the option (or backends already up): devices() picks one
+
+
+_restrict_gpus()
+
+
+def local_alias() -> int | None:
+    """The device index that means this process's device (neuron:0) besides 0 under
+    torchrun (LOCAL_RANK, so ``torch.neuron.set_device(LOCAL_RANK)`` works)."""
+    local = torchrun_local()
+    if local is None or local[0] == 0 or device_count() != 1:
+        return None
+    return local[0]
+
+
 def platform() -> str:
     if _platform is None:
         devices()
@@ -51,6 +90,9 @@ def devices() -> list:
                 f"torchneuron: TORCHNEURON_PLATFORM={plat!r} is not available to jax ({e})"
             ) from None
         _platform = devs[0].platform
+        local = torchrun_local()
+        if local is not None and len(devs) > 1:
+            devs = [devs[local[0] % len(devs)]]  # one device per process
         _devices = list(devs)
     return _devices
 

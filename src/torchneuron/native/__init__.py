@@ -144,6 +144,9 @@ def register_hooks(is_available) -> bool:
         return False
     lib.tn_host_stats.argtypes = [ctypes.POINTER(ctypes.c_size_t)] * 2
     lib.tn_host_stats.restype = None
+    lib.tn_storage_set.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                   ctypes.c_int]
+    lib.tn_storage_set.restype = ctypes.c_int
     _lib, _available_cb = lib, cb
     return True
 
@@ -164,6 +167,14 @@ def host_stats() -> tuple[int, int]:
     n, b = ctypes.c_size_t(), ctypes.c_size_t()
     _lib.tn_host_stats(ctypes.byref(n), ctypes.byref(b))
     return (n.value, b.value)
+
+
+def set_storage_memory(cdata: int, addr: int, nbytes: int, index: int) -> bool:
+    """Point a neuron StorageImpl (``storage._cdata``) at `addr` with `nbytes` bytes, in
+    place; False without the native library."""
+    if _lib is None:
+        return False
+    return bool(_lib.tn_storage_set(cdata, addr, nbytes, index))
 
 
 # ---------------------------------------------------------------- Python pinning

@@ -11,6 +11,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/StorageImpl.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -105,6 +106,19 @@ void tn_host_stats(size_t* count, size_t* bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
   *count = g_count;
   *bytes = g_bytes;
+}
+
+// UntypedStorage.resize_ of a neuron storage: point the StorageImpl at a new (fake)
+// device address of a new size, in place, so every tensor over it sees the change
+// (FSDP2 frees and refills parameter storage so).  torchneuron's fake addresses have
+// no deleter: the device buffer lives in the Python cell, replaced by the caller.
+int tn_storage_set(void* impl, void* addr, size_t nbytes, int index) {
+  auto* s = static_cast<c10::StorageImpl*>(impl);
+  c10::Device dev(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
+  if (s->device() != dev) return 0;
+  s->set_data_ptr_noswap(c10::DataPtr(addr, dev));
+  s->set_nbytes(nbytes);
+  return 1;
 }
 
 }  // extern "C"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .cells import (CPU_KEYS, Cell, cell_at, cell_of, check_room, contiguous_strides,  # noqa: F401
                     empty, empty_shell, fmt_bytes, from_array, live_cells, make_tensor,
                     new_shell, new_storage, parse_bytes, raw_storage, retype, set_metadata,
-                    stats, storage_numel, torch_device, zeros_flat)
+                    resize_storage, stats, storage_numel, torch_device, zeros_flat)
 from .transfer import (cells_of, device_fn, dyn_scalar, host_storage_to_device,  # noqa: F401
                        materialize, read_back, to_cpu_tensor, to_device_array, to_host,
                        to_neuron, typed_scalar, view_values)

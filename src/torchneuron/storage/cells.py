@@ -361,3 +361,70 @@ def zeros_flat(n: int, dtype: torch.dtype, index: int):
     return fn()
 
 
+
+
+# ---------------------------------------------------------------- storage resize
+def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
+    """``UntypedStorage.resize_(nbytes)`` for a neuron storage, in place: every tensor
+    over `st` sees the new size (FSDP2 frees and refills parameter storage this way).
+
+    The storage gets a new cell at a new fake address holding the old bytes (cut or
+    zero-padded); the StorageImpl's data pointer and size are replaced in place (the
+    native helper, else torch's ``_swap_data_ptr_``)."""
+    if nbytes < 0:
+        raise RuntimeError(f"resize_: new size must be non-negative, got {nbytes}")
+    old = cell_of_storage(st)
+    index = st.device.index or 0
+    if nbytes == st.nbytes():
+        return
+    grow = nbytes - (old.nbytes if old is not None else 0)
+    if grow > 0:
+        check_room(index, grow)
+    if old is None or old.nbytes == 0 or nbytes == 0:
+        flat = zeros_flat(nbytes, torch.uint8, index)
+    else:
+        key = (old.dt, old.numel, nbytes)
+        f = _resize_fns.get(key)
+        if f is None:
+            keep = min(old.nbytes, nbytes)
+
+            def f(a):
+                b = reinterpret(a, jnp.uint8)[:keep]
+                return jnp.pad(b, (0, nbytes - keep)) if nbytes > keep else b
+
+            f = _resize_fns[key] = jax.jit(f)
+        flat = f(old.arr)
+    cell = Cell(flat, nbytes, index)
+    cell.raw = True
+    addr = _alloc_addr(nbytes)
+    _set_storage_memory(st, addr, nbytes, index)
+    st._tn_cell = cell
+    cell.addr = addr
+    _by_addr[addr] = weakref.ref(cell)
+
+
+_resize_fns: dict = {}
+
+
+def cell_of_storage(st):
+    cell = getattr(st, "_tn_cell", None)
+    return cell if cell is not None else cell_at(st.data_ptr())
+
+
+def _set_storage_memory(st, addr: int, nbytes: int, index: int) -> None:
+    from .. import native
+
+    if native.set_storage_memory(st._cdata, addr, nbytes, index):
+        return
+    swap = getattr(st, "_swap_data_ptr_", None)
+    if swap is None:
+        raise NotImplementedError(
+            "resize_ of a neuron storage needs torchneuron's native helper (a C++ compiler at "
+            f"first import; {native.error()}) or torch >= 2.13 (UntypedStorage._swap_data_ptr_)")
+    dev = torch_device(index)
+    if nbytes == 0:  # (st is not empty: same sizes return early)
+        st._swap_data_ptr_(_construct_storage(addr, dev, 0))
+        return
+    if st.nbytes() != 0:  # torch swaps only when one side is empty: empty st first
+        st._swap_data_ptr_(_construct_storage(_alloc_addr(0), dev, 0))
+    st._swap_data_ptr_(_construct_storage(addr, dev, nbytes))

@@ -1,0 +1,546 @@
+"""The "neuron" c10d backend: a Python ``ProcessGroup`` whose collectives run on gloo.
+
+PyTorch lets a Python backend only as a whole ``ProcessGroup`` (a C++ ``Backend``
+cannot be subclassed from Python), so this group serves every tensor: CPU tensors go
+straight to an inner ``ProcessGroupGloo`` (its own work objects come back); neuron
+tensors are staged through host memory (one device-to-host copy in, one host-to-device
+copy out), the gloo collective runs on the host copies, and the returned
+:class:`NeuronWork` writes the results back into the neuron tensors when it is waited
+on or when its future completes.  No call blocks: a collective returns as soon as gloo
+has queued it, so ``batch_isend_irecv`` and DDP's overlapping buckets work.
+
+Method names differ between torch releases (2.13: ``all_gather_single``,
+``reduce_scatter_single``, ``all_to_all_single``, ``*_single_coalesced``; 2.11:
+``_allgather_base``, ``_reduce_scatter_base``, ``alltoall_base``,
+``allgather_into_tensor_coalesced``, ``reduce_scatter_tensor_coalesced``): both sets are
+defined.  gloo has no AVG (SUM, then a division on the device) and 2.11's gloo has no
+list ``alltoall`` (it goes through ``all_to_all_single``).
+"""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ReduceOp
+
+_NAME = "neuron"
+
+
+def _is_dev(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == _NAME
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of a device tensor (contiguous, same shape and dtype)."""
+    return t.detach().to("cpu", copy=True).contiguous()
+
+
+def _host_empty(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(tuple(t.shape), dtype=t.dtype)
+
+
+class NeuronWork(dist.Work):
+    """A gloo work whose completion also writes the host results into device tensors."""
+
+    def __init__(self, inner, finish=None, result=None):
+        super().__init__()
+        self._inner = inner
+        self._finish = finish
+        self._result = result
+        self._lock = threading.Lock()
+        self._done = False
+
+    def _complete(self):
+        with self._lock:
+            if not self._done:
+                if self._finish is not None:
+                    self._finish()
+                    self._finish = None
+                self._done = True
+        return self._result
+
+    def wait(self, timeout=timedelta(0)):
+        if self._inner is not None:
+            if timeout:
+                self._inner.wait(timeout)
+            else:
+                self._inner.wait()
+        self._complete()
+        return True
+
+    def is_completed(self):
+        if not self._done and (self._inner is None or self._inner.is_completed()):
+            self._complete()
+        return self._done
+
+    def is_success(self):
+        return self._inner is None or self._inner.is_success()
+
+    def exception(self):
+        return None if self._inner is None else self._inner.exception()
+
+    def synchronize(self):
+        self.wait()
+
+    def result(self):
+        self.wait()
+        return list(self._result) if self._result is not None else []
+
+    def get_future(self):
+        result = self._result if self._result is not None else []
+        if self._inner is None:
+            fut = torch.futures.Future()
+            self._complete()
+            fut.set_result(result)
+            return fut
+
+        def then(f):
+            f.value()  # raises what gloo raised
+            self._complete()
+            return result
+
+        return self._inner.get_future().then(then)
+
+
+def _done_work(result=None):
+    return NeuronWork(None, None, result)
+
+
+class NeuronProcessGroup(dist.ProcessGroup):
+    """c10d process group for neuron tensors (and CPU tensors), on gloo."""
+
+    def __init__(self, store, rank: int, world_size: int, timeout: timedelta):
+        super().__init__(rank, world_size)
+        self._gloo = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+        self._timeout = timeout
+        self._group_name = None
+        self._group_desc = None
+
+    # ------------------------------------------------------------- identity
+    def getBackendName(self):
+        return _NAME
+
+    def name(self):
+        return _NAME
+
+    @property
+    def _device_types(self):
+        return [torch.device("cpu"), torch.device(_NAME)]
+
+    def setGroupName(self, name):
+        self._group_name = name
+        try:
+            self._gloo._set_group_name(name)
+        except (AttributeError, RuntimeError):
+            pass
+
+    def getGroupName(self):
+        return self._group_name
+
+    @property
+    def group_name(self):
+        return self._group_name
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return self._group_desc
+
+    @property
+    def group_desc(self):
+        return self._group_desc
+
+    def _get_backend(self, device):
+        # init_process_group(device_id=...) asks for a backend to split eagerly: decline
+        raise RuntimeError("neuron process groups are not split eagerly")
+
+    # ------------------------------------------------------------- helpers
+    def _sum_for_avg(self, opts):
+        """gloo has neither AVG nor PREMUL_SUM: run SUM and scale the result afterwards.
+        Returns (opts, post) with post None or ("div", n) / ("mul", factor)."""
+        op = opts.reduceOp
+        kind = getattr(op, "op", op)
+        if kind == ReduceOp.AVG:
+            post = ("div", self.size())
+        elif kind == ReduceOp.PREMUL_SUM:
+            factor = getattr(op, "factor", None)
+            if factor is None:
+                raise RuntimeError(
+                    "ReduceOp.PREMUL_SUM on the neuron process group needs torch >= 2.13 "
+                    "(older releases do not expose the op's factor to Python)")
+            if isinstance(factor, torch.Tensor):
+                factor = factor.item()
+            post = ("mul", float(factor))
+        else:
+            return opts, None
+        new = type(opts)()
+        for attr in ("rootRank", "rootTensor", "timeout", "asyncOp"):
+            if hasattr(opts, attr):
+                try:
+                    setattr(new, attr, getattr(opts, attr))
+                except (AttributeError, TypeError):
+                    pass
+        new.reduceOp = ReduceOp.SUM
+        return new, post
+
+    @staticmethod
+    def _check_avg(tensors, post):
+        if post is not None:
+            for t in tensors:
+                if not (t.is_floating_point() or t.is_complex()):
+                    raise ValueError(
+                        f"ReduceOp.AVG and PREMUL_SUM are not supported for tensors of dtype "
+                        f"{t.dtype} (the neuron backend scales floating-point tensors only)")
+
+    @staticmethod
+    def _divide(tensors, post):
+        if post is not None:
+            kind, v = post
+            with torch.no_grad():
+                for t in tensors:
+                    t.div_(v) if kind == "div" else t.mul_(v)
+
+    @staticmethod
+    def _check_one_dtype(tensors, what):
+        dtypes = {t.dtype for t in tensors}
+        if len(dtypes) > 1:
+            raise ValueError(f"{what}: all tensors must have one dtype, got "
+                             f"{sorted(map(str, dtypes))}")
+
+    def _check_device(self, tensors):
+        devs = {t.device.type for t in tensors}
+        if len(devs) > 1:
+            raise ValueError(
+                f"neuron process group: tensors of one collective must be on one device type, "
+                f"got {sorted(devs)}")
+        return _NAME in devs
+
+    def _staged(self, outs, ins, run, result, divisor=None):
+        """Run `run(host_outs, host_ins)` (a gloo call returning a Work) on host copies.
+
+        `outs`: device tensors that receive results (their host copies start with the
+        device values when they are also in `ins` by identity)."""
+        host = {}
+
+        def h(t, fill):
+            k = id(t)
+            if k not in host:
+                host[k] = _host(t) if fill else _host_empty(t)
+            return host[k]
+
+        ins_h = [h(t, True) for t in ins]
+        outs_h = [h(t, False) for t in outs]
+        inner = run(outs_h, ins_h)
+
+        def finish():
+            with torch.no_grad():
+                for t, th in zip(outs, outs_h):
+                    t.copy_(th)
+            self._divide(outs, divisor)
+
+        return NeuronWork(inner, finish, result)
+
+    # ------------------------------------------------------------- collectives
+    def allreduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        opts, div = self._sum_for_avg(opts)
+        self._check_avg(tensors, div)
+        if not self._check_device(tensors):
+            inner = self._gloo.allreduce(tensors, opts)
+            if div is None:
+                return inner
+            return NeuronWork(inner, lambda: self._divide(tensors, div), tensors)
+        return self._staged(tensors, tensors, lambda o, i: self._gloo.allreduce(o, opts),
+                            tensors, div)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        opts, div = self._sum_for_avg(opts)
+        self._check_avg(tensors, div)
+        if not self._check_device(tensors):
+            inner = self._gloo.allreduce_coalesced(tensors, opts)
+            return inner if div is None else NeuronWork(
+                inner, lambda: self._divide(tensors, div), tensors)
+        return self._staged(tensors, tensors,
+                            lambda o, i: self._gloo.allreduce_coalesced(o, opts), tensors, div)
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.BroadcastOptions()
+        if not self._check_device(tensors):
+            return self._gloo.broadcast(tensors, opts)
+        return self._staged(tensors, tensors, lambda o, i: self._gloo.broadcast(o, opts),
+                            tensors)
+
+    def reduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceOptions()
+        opts, div = self._sum_for_avg(opts)
+        self._check_avg(tensors, div)
+        if not self._check_device(tensors):
+            inner = self._gloo.reduce(tensors, opts)
+            return inner if div is None else NeuronWork(
+                inner, lambda: self._divide(tensors, div) if self.rank() == opts.rootRank
+                else None, tensors)
+        if self.rank() != opts.rootRank:
+            div = None
+        return self._staged(tensors, tensors, lambda o, i: self._gloo.reduce(o, opts),
+                            tensors, div)
+
+    def allgather(self, output_lists, input_list, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        flat = [t for lst in output_lists for t in lst]
+        if not self._check_device(flat + list(input_list)):
+            return self._gloo.allgather(output_lists, input_list, opts)
+        sizes = [len(lst) for lst in output_lists]
+
+        def run(o, i):
+            lists, k = [], 0
+            for n in sizes:
+                lists.append(o[k:k + n])
+                k += n
+            return self._gloo.allgather(lists, i, opts)
+
+        return self._staged(flat, list(input_list), run, output_lists)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        flat = [t for lst in output_lists for t in lst]
+        if not self._check_device(flat + list(input_list)):
+            return self._gloo.allgather_coalesced(output_lists, input_list, opts)
+        sizes = [len(lst) for lst in output_lists]
+
+        def run(o, i):
+            lists, k = [], 0
+            for n in sizes:
+                lists.append(o[k:k + n])
+                k += n
+            return self._gloo.allgather_coalesced(lists, i, opts)
+
+        return self._staged(flat, list(input_list), run, output_lists)
+
+    def _allgather_base(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        if not self._check_device([output, input]):
+            return self._gloo._allgather_base(output, input, opts)
+        return self._staged([output], [input],
+                            lambda o, i: self._gloo._allgather_base(o[0], i[0], opts), [output])
+
+    all_gather_single = _allgather_base
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """Several all_gather_into_tensor as one gloo all-gather of the concatenated
+        inputs (gloo has no coalesced form)."""
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        outs, ins = list(outputs), list(inputs)
+        self._check_device(outs + ins)
+        self._check_one_dtype(outs + ins, "allgather_into_tensor_coalesced")
+        w = self.size()
+        sizes = [t.numel() for t in ins]
+        for o, n in zip(outs, sizes):
+            if o.numel() != n * w:
+                raise ValueError(
+                    f"allgather_into_tensor_coalesced: output of {o.numel()} elements for an "
+                    f"input of {n} in a group of {w}")
+        send = torch.cat([t.detach().reshape(-1).to("cpu") for t in ins]) if ins else \
+            torch.empty(0)
+        recv = torch.empty(w * send.numel(), dtype=send.dtype)
+        inner = self._gloo._allgather_base(recv, send, opts)
+
+        def finish():
+            per_rank = recv.view(w, -1).split(sizes, dim=1)
+            with torch.no_grad():
+                for o, part in zip(outs, per_rank):
+                    o.copy_(part.reshape(o.shape).to(o.device))
+
+        return NeuronWork(inner, finish, outs)
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def gather(self, output_lists, input_list, opts=None):
+        opts = opts if opts is not None else dist.GatherOptions()
+        flat = [t for lst in output_lists for t in lst]
+        if not self._check_device(flat + list(input_list)):
+            return self._gloo.gather(output_lists, input_list, opts)
+        sizes = [len(lst) for lst in output_lists]
+
+        def run(o, i):
+            lists, k = [], 0
+            for n in sizes:
+                lists.append(o[k:k + n])
+                k += n
+            return self._gloo.gather(lists, i, opts)
+
+        return self._staged(flat, list(input_list), run, output_lists)
+
+    def scatter(self, output_list, input_lists, opts=None):
+        opts = opts if opts is not None else dist.ScatterOptions()
+        flat = [t for lst in input_lists for t in lst]
+        if not self._check_device(flat + list(output_list)):
+            return self._gloo.scatter(output_list, input_lists, opts)
+        sizes = [len(lst) for lst in input_lists]
+
+        def run(o, i):
+            lists, k = [], 0
+            for n in sizes:
+                lists.append(i[k:k + n])
+                k += n
+            return self._gloo.scatter(o, lists, opts)
+
+        return self._staged(list(output_list), flat, run, output_list)
+
+    def reduce_scatter(self, output_list, input_lists, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts, div = self._sum_for_avg(opts)
+        self._check_avg(output_list, div)
+        flat = [t for lst in input_lists for t in lst]
+        if not self._check_device(flat + list(output_list)):
+            inner = self._gloo.reduce_scatter(output_list, input_lists, opts)
+            return inner if div is None else NeuronWork(
+                inner, lambda: self._divide(output_list, div), output_list)
+        sizes = [len(lst) for lst in input_lists]
+
+        def run(o, i):
+            lists, k = [], 0
+            for n in sizes:
+                lists.append(i[k:k + n])
+                k += n
+            return self._gloo.reduce_scatter(o, lists, opts)
+
+        return self._staged(list(output_list), flat, run, output_list, div)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts, div = self._sum_for_avg(opts)
+        self._check_avg([output], div)
+        if not self._check_device([output, input]):
+            inner = self._gloo._reduce_scatter_base(output, input, opts)
+            return inner if div is None else NeuronWork(
+                inner, lambda: self._divide([output], div), [output])
+        return self._staged([output], [input],
+                            lambda o, i: self._gloo._reduce_scatter_base(o[0], i[0], opts),
+                            [output], div)
+
+    reduce_scatter_single = _reduce_scatter_base
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """Several reduce_scatter_tensor as one gloo reduce-scatter of the inputs laid side
+        by side per rank (gloo has no coalesced form)."""
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts, div = self._sum_for_avg(opts)
+        outs, ins = list(outputs), list(inputs)
+        self._check_avg(outs, div)
+        self._check_device(outs + ins)
+        self._check_one_dtype(outs + ins, "reduce_scatter_tensor_coalesced")
+        w = self.size()
+        sizes = [t.numel() for t in outs]
+        for i, n in zip(ins, sizes):
+            if i.numel() != n * w:
+                raise ValueError(
+                    f"reduce_scatter_tensor_coalesced: input of {i.numel()} elements for an "
+                    f"output of {n} in a group of {w}")
+        send = torch.cat([t.detach().reshape(w, -1).to("cpu") for t in ins], dim=1) \
+            .reshape(-1) if ins else torch.empty(0)
+        recv = torch.empty(send.numel() // max(w, 1), dtype=send.dtype)
+        inner = self._gloo._reduce_scatter_base(recv, send, opts)
+
+        def finish():
+            with torch.no_grad():
+                for o, part in zip(outs, recv.split(sizes)):
+                    o.copy_(part.reshape(o.shape).to(o.device))
+            self._divide(outs, div)
+
+        return NeuronWork(inner, finish, outs)
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        if not self._check_device([output, input]):
+            return self._gloo.alltoall_base(output, input, output_split_sizes,
+                                            input_split_sizes, opts)
+        return self._staged(
+            [output], [input],
+            lambda o, i: self._gloo.alltoall_base(o[0], i[0], output_split_sizes,
+                                                  input_split_sizes, opts), [output])
+
+    all_to_all_single = alltoall_base
+
+    def alltoall(self, output_list, input_list, opts=None):
+        """List all-to-all as one all_to_all_single over concatenated flat buffers
+        (2.11's gloo has no list alltoall)."""
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        outs, ins = list(output_list), list(input_list)
+        self._check_device(outs + ins)
+        dev = outs[0].device if outs else torch.device("cpu")
+        self._check_one_dtype(outs + ins, "alltoall")
+        send = torch.cat([t.detach().reshape(-1) for t in ins]).to("cpu")
+        recv = torch.empty(sum(t.numel() for t in outs), dtype=send.dtype)
+        inner = self._gloo.alltoall_base(recv, send, [t.numel() for t in outs],
+                                         [t.numel() for t in ins], opts)
+
+        def finish():
+            k = 0
+            with torch.no_grad():
+                for t in outs:
+                    n = t.numel()
+                    t.copy_(recv[k:k + n].view(t.shape).to(dev))
+                    k += n
+
+        return NeuronWork(inner, finish, outs)
+
+    def barrier(self, opts=None):
+        opts = opts if opts is not None else dist.BarrierOptions()
+        return self._gloo.barrier(opts)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        return self._gloo.monitored_barrier(timeout or self._timeout, wait_all_ranks)
+
+    # ------------------------------------------------------------- point to point
+    def send(self, tensors, dst, tag=0):
+        if not self._check_device(tensors):
+            return self._gloo.send(tensors, dst, tag)
+        host = [_host(t) for t in tensors]
+        return NeuronWork(self._gloo.send(host, dst, tag), None, host)
+
+    def recv(self, tensors, src, tag=0):
+        if not self._check_device(tensors):
+            return self._gloo.recv(tensors, src, tag)
+        return self._staged(list(tensors), [],
+                            lambda o, i: self._gloo.recv(o, src, tag), list(tensors))
+
+    def recv_anysource(self, tensors, tag=0):
+        if not self._check_device(tensors):
+            return self._gloo.recv_anysource(tensors, tag)
+        return self._staged(list(tensors), [],
+                            lambda o, i: self._gloo.recv_anysource(o, tag), list(tensors))
+
+    def abort(self):
+        try:
+            self._gloo.abort()
+        except (AttributeError, RuntimeError):
+            pass
+
+    def shutdown(self):
+        try:
+            self._gloo.shutdown()
+        except (AttributeError, RuntimeError):
+            pass
+
+
+def create(store, rank: int, world_size: int, timeout: timedelta) -> NeuronProcessGroup:
+    return NeuronProcessGroup(store, rank, world_size, timeout)
+
+
+_done = False
+
+
+def register() -> None:
+    """Register the "neuron" c10d backend (idempotent; at torchneuron's import)."""
+    global _done
+    if _done or not dist.is_available():
+        return
+    if _NAME not in dist.Backend.backend_list:
+        dist.Backend.register_backend(_NAME, create, devices=[_NAME, "cpu"])
+    _done = True
