@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
+from .. import storage
+
 _NAME = "neuron"
 
 
@@ -32,8 +34,13 @@ def _is_dev(t) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == _NAME
 
 
-def _host(t: torch.Tensor) -> torch.Tensor:
-    """A host copy of a device tensor (contiguous, same shape and dtype)."""
+def _host(t: torch.Tensor, readonly: bool = False) -> torch.Tensor:
+    """A host copy of a device tensor (contiguous, same shape and dtype); with `readonly`,
+    the device buffer itself where XLA:CPU lets the host read it (DLPack, no copy)."""
+    alias = storage.host_alias(t)
+    if alias is not None:
+        # (empty + copy_: torch's CPU clone() is many times slower at these sizes)
+        return alias if readonly else torch.empty(tuple(t.shape), dtype=t.dtype).copy_(alias)
     return t.detach().to("cpu", copy=True).contiguous()
 
 
@@ -224,11 +231,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         `outs`: device tensors that receive results (their host copies start with the
         device values when they are also in `ins` by identity)."""
         host = {}
+        written = {id(t) for t in outs}
 
         def h(t, fill):
             k = id(t)
             if k not in host:
-                host[k] = _host(t) if fill else _host_empty(t)
+                host[k] = _host(t, readonly=k not in written) if fill else _host_empty(t)
             return host[k]
 
         ins_h = [h(t, True) for t in ins]
@@ -236,9 +244,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         inner = run(outs_h, ins_h)
 
         def finish():
-            with torch.no_grad():
-                for t, th in zip(outs, outs_h):
-                    t.copy_(th)
+            for t, th in zip(outs, outs_h):
+                storage.adopt_host(t, th)
             self._divide(outs, divisor)
 
         return NeuronWork(inner, finish, result)

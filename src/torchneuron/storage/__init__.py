@@ -14,7 +14,8 @@ from .cells import (CPU_KEYS, Cell, cell_at, cell_of, check_room, contiguous_str
                     new_shell, new_storage, parse_bytes, raw_storage, retype, set_metadata,
                     resize_storage, stats, storage_numel, torch_device, zeros_flat)
 from .transfer import (cells_of, device_fn, dyn_scalar, host_storage_to_device,  # noqa: F401
-                       materialize, read_back, to_cpu_tensor, to_device_array, to_host,
+                       adopt_host, host_alias, materialize, read_back, to_cpu_tensor,
+                       to_device_array, to_host,
                        to_neuron, typed_scalar, view_values)
 from .views import (apply_flags, perm_plan, read_view, reinterpret, view_flags,  # noqa: F401
                     view_spec, write_view)

@@ -161,3 +161,49 @@ def read_back(fn, *tensors, static=()):
         f = device_fn(key, build)
     out = f(*arrs)
     return np.asarray(out) if isinstance(out, jax.Array) else jax.device_get(out)
+
+
+# ---------------------------------------------------------------- host aliases (collectives)
+_ALIAS_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                 torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+                 torch.complex64, torch.complex128}
+
+
+def _whole_cell(t: torch.Tensor):
+    """t's cell when t is exactly its cell's flat array (contiguous, offset 0, same dtype and
+    length, no lazy conj/neg) on XLA:CPU, where device memory is host memory; else None."""
+    if (t.dtype not in _ALIAS_DTYPES or t.storage_offset() or not t.is_contiguous()
+            or t.is_conj() or t.is_neg() or runtime.platform() != "cpu"):
+        return None
+    cell = cell_of(t)
+    if cell.numel != t.numel() or cell.dt != runtime.jdtype(t.dtype):
+        return None
+    return cell
+
+
+def host_alias(t: torch.Tensor):
+    """A CPU tensor sharing memory with t's device buffer (DLPack, zero-copy), or None.
+    Read it only: jax buffers are immutable and may be shared by other cells."""
+    cell = _whole_cell(t)
+    if cell is None:
+        return None
+    try:
+        return torch.from_dlpack(cell.arr).view(tuple(t.shape))
+    except (RuntimeError, TypeError, BufferError):
+        return None
+
+
+def adopt_host(t: torch.Tensor, host: torch.Tensor) -> None:
+    """Make the contiguous CPU tensor `host` (t's shape and dtype, not used by the caller
+    afterwards) t's new values: zero-copy where t is its whole cell on XLA:CPU, else a copy."""
+    cell = _whole_cell(t)
+    if cell is not None and host.is_contiguous() and host.dtype == t.dtype:
+        try:
+            arr = jnp.from_dlpack(host.reshape(-1))
+        except (RuntimeError, TypeError, BufferError):
+            arr = None
+        if arr is not None and arr.dtype == cell.dt and arr.shape[0] == cell.numel:
+            cell.arr = arr
+            return
+    with torch.no_grad():
+        t.copy_(host)
