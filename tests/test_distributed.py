@@ -28,6 +28,7 @@ TWO = ["collectives", "mismatch_errors", "ddp", "ddp_bucket_view", "ddp_no_sync"
        "fsdp_grad_accum", "fsdp_divide_factor", "fsdp_mixed_precision", "dtensor",
        "tensor_parallel", "sequence_parallel", "pipeline", "dcp_save"]
 FOUR = ["mesh_2d", "collectives"]
+XLA = ["collectives", "ddp", "fsdp", "fsdp_mixed_precision", "dtensor", "tensor_parallel"]
 
 
 def torchrun(nproc, names, out, timeout=600, env=None):
@@ -75,6 +76,14 @@ def four(tmp_path_factory):
     return rc, text, ranks
 
 
+@pytest.fixture(scope="module")
+def xla(tmp_path_factory):
+    out = tmp_path_factory.mktemp("distxla")
+    rc, took, text, ranks = torchrun(2, XLA, out, env={"TORCHNEURON_COLLECTIVES": "xla"})
+    _no_orphans(out)
+    return rc, text, ranks
+
+
 def _verdict(run, name, nproc):
     rc, text, ranks = run[:3]
     assert set(ranks) == set(range(nproc)), f"ranks without results (rc {rc}):\n{text[-4000:]}"
@@ -107,6 +116,21 @@ def test_premul_sum_needs_newer_torch(two):
 @pytest.mark.parametrize("name", FOUR)
 def test_four_processes(four, name):
     _verdict(four, name, 4)
+
+
+@pytest.mark.parametrize("name", XLA)
+def test_xla_engine(xla, name):
+    """TORCHNEURON_COLLECTIVES=xla: the same scenarios with collectives inside XLA
+    (jax.distributed; gloo inside XLA on CPU)."""
+    _verdict(xla, name, 2)
+
+
+def test_xla_engine_ran_inside_xla(xla, two):
+    for r, res in xla[2].items():
+        calls = res["xla_calls"]
+        for op in ("all_reduce", "broadcast", "all_gather", "reduce_scatter"):
+            assert calls.get(op, 0) > 0, (r, calls)
+    assert all(not res["xla_calls"] for res in two[2].values())  # the default is gloo
 
 
 def test_checkpoint_loads_in_another_world_size(two):

@@ -30,6 +30,15 @@ KNOBS = {k.name: k for k in [
     Knob("TORCHNEURON_PLATFORM", "", "str",
          "PJRT platform behind `neuron` (`cpu`, `cuda`, ...). Default: a GPU platform if jax "
          "has one, else `cpu`. `neuron:N` is that platform's device N."),
+    Knob("TORCHNEURON_COLLECTIVES", "gloo", "choice",
+         "engine of the `neuron` c10d backend for neuron tensors: `gloo` (default: gloo over "
+         "host memory, zero-copy reads on XLA:CPU) or `xla` (collectives inside XLA across "
+         "processes through `jax.distributed`: gloo on CPU, NCCL on CUDA, no host copy; "
+         "set before the program starts, under torchrun). docs/distributed.md.",
+         choices=("gloo", "xla")),
+    Knob("TORCHNEURON_XLA_COORDINATOR", "", "str",
+         "with `TORCHNEURON_COLLECTIVES=xla`: `host:port` of jax's coordinator (default: "
+         "torchrun's MASTER_ADDR and MASTER_PORT + 1)."),
     Knob("TORCHNEURON_FALLBACK", "warn", "choice",
          "`warn` (default: warn once per op), `silent`, or `error` (raise instead of running "
          "an op on the CPU). `torchneuron.fallback_policy(\"error\")` does the same in a "

@@ -26,7 +26,7 @@ def _pick_platform() -> str:
         return want
     for gpu in ("cuda", "rocm", "gpu"):
         try:
-            if jax.devices(gpu):
+            if jax.local_devices(backend=gpu):
                 return gpu
         except RuntimeError:
             continue
@@ -54,6 +54,8 @@ def _restrict_gpus() -> None:
     local = torchrun_local()
     if local is None or config.get("TORCHNEURON_PLATFORM").strip().lower() == "cpu":
         return
+    if config.get("TORCHNEURON_COLLECTIVES") == "xla":
+        return  # jax.distributed.initialize(local_device_ids=...) picks the device
     try:
         jax.config.update("jax_cuda_visible_devices", str(local[0]))
     except (AttributeError, KeyError, ValueError, RuntimeError):
@@ -61,6 +63,53 @@ def _restrict_gpus() -> None:
 
 
 _restrict_gpus()
+
+
+# ---------------------------------------------------------------- XLA collectives
+_multiprocess = False
+
+
+def _init_multiprocess() -> None:
+    """TORCHNEURON_COLLECTIVES=xla under torchrun: start jax.distributed (before any jax
+    backend exists), so XLA programs can run collectives across the processes."""
+    global _multiprocess
+    import os
+
+    if config.get("TORCHNEURON_COLLECTIVES") != "xla":
+        return
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return
+    if world < 2:
+        return
+    coord = config.get("TORCHNEURON_XLA_COORDINATOR").strip()
+    if not coord:
+        try:
+            coord = f"{os.environ['MASTER_ADDR']}:{int(os.environ['MASTER_PORT']) + 1}"
+        except (KeyError, ValueError):
+            raise RuntimeError(
+                "TORCHNEURON_COLLECTIVES=xla needs torchrun's MASTER_ADDR/MASTER_PORT or "
+                "TORCHNEURON_XLA_COORDINATOR=host:port") from None
+    try:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    except (AttributeError, KeyError, ValueError):
+        pass
+    local = torchrun_local()
+    kw = {}
+    if local is not None and config.get("TORCHNEURON_PLATFORM").strip().lower() != "cpu":
+        kw["local_device_ids"] = [local[0]]
+    jax.distributed.initialize(coordinator_address=coord, num_processes=world,
+                               process_id=rank, **kw)
+    _multiprocess = True
+
+
+def multiprocess() -> bool:
+    """Whether jax.distributed is up (TORCHNEURON_COLLECTIVES=xla under torchrun)."""
+    return _multiprocess
+
+
+_init_multiprocess()
 
 
 def local_alias() -> int | None:
@@ -84,7 +133,7 @@ def devices() -> list:
     if _devices is None:
         plat = _pick_platform()
         try:
-            devs = jax.devices(plat)
+            devs = jax.local_devices(backend=plat)  # (this process's, under jax.distributed)
         except RuntimeError as e:
             raise RuntimeError(
                 f"torchneuron: TORCHNEURON_PLATFORM={plat!r} is not available to jax ({e})"

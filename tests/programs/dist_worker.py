@@ -651,6 +651,9 @@ def main():
             results[name] = [True, SCENARIOS[name](r, w)]
         except Exception as e:  # noqa: BLE001  (reported to the test)
             results[name] = [False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"]
+        from torchneuron.distributed import xla_engine
+
+        results["xla_calls"] = dict(xla_engine.calls)
         with open(os.path.join(out_dir, f"rank{r}.json"), "w") as f:
             json.dump(results, f, indent=1)
         if name in ("timeout_fault", "rank_dies"):

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 from .. import storage
+from . import xla_engine
 
 _NAME = "neuron"
 
@@ -122,6 +123,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         super().__init__(rank, world_size)
         self._gloo = dist.ProcessGroupGloo(store, rank, world_size, timeout)
         self._timeout = timeout
+        self._xla = xla_engine.available(world_size)  # TORCHNEURON_COLLECTIVES=xla
         self._group_name = None
         self._group_desc = None
 
@@ -250,9 +252,25 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
         return NeuronWork(inner, finish, result)
 
+    # ------------------------------------------------------------- the XLA engine
+    def _xla_ok(self, tensors, op=None):
+        if not self._xla or not all(xla_engine.whole_cell(t) is not None for t in tensors):
+            return None
+        if op is None:
+            return "copy"
+        kind = xla_engine.reduce_kind(op)
+        if kind == "pmean" and not all(t.is_floating_point() or t.is_complex() for t in tensors):
+            return None
+        return kind
+
     # ------------------------------------------------------------- collectives
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
+        kind = self._xla_ok(tensors, opts.reduceOp)
+        if kind is not None:
+            for t in tensors:
+                xla_engine.all_reduce(t, kind)
+            return _done_work(tensors)
         opts, div = self._sum_for_avg(opts)
         self._check_avg(tensors, div)
         if not self._check_device(tensors):
@@ -276,6 +294,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         opts = opts if opts is not None else dist.BroadcastOptions()
+        if len(tensors) == 1 and self._xla_ok(tensors) is not None:
+            xla_engine.broadcast(tensors[0], opts.rootRank)
+            return _done_work(tensors)
         if not self._check_device(tensors):
             return self._gloo.broadcast(tensors, opts)
         return self._staged(tensors, tensors, lambda o, i: self._gloo.broadcast(o, opts),
@@ -329,6 +350,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
+        if (self._xla_ok([output, input]) is not None and output.dtype == input.dtype
+                and output.numel() == input.numel() * self.size()):
+            xla_engine.all_gather(output, input)
+            return _done_work([output])
         if not self._check_device([output, input]):
             return self._gloo._allgather_base(output, input, opts)
         return self._staged([output], [input],
@@ -341,6 +366,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         inputs (gloo has no coalesced form)."""
         opts = opts if opts is not None else dist.AllgatherOptions()
         outs, ins = list(outputs), list(inputs)
+        if self._xla_ok(outs + ins) is not None and all(
+                o.dtype == i.dtype and o.numel() == i.numel() * self.size()
+                for o, i in zip(outs, ins)):
+            for o, i in zip(outs, ins):
+                xla_engine.all_gather(o, i)
+            return _done_work(outs)
         self._check_device(outs + ins)
         self._check_one_dtype(outs + ins, "allgather_into_tensor_coalesced")
         w = self.size()
@@ -419,6 +450,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        kind = self._xla_ok([output, input], opts.reduceOp)
+        if (kind in ("psum", "pmean") and output.dtype == input.dtype
+                and input.numel() == output.numel() * self.size()):
+            xla_engine.reduce_scatter(output, input, kind)
+            return _done_work([output])
         opts, div = self._sum_for_avg(opts)
         self._check_avg([output], div)
         if not self._check_device([output, input]):
@@ -435,8 +471,15 @@ class NeuronProcessGroup(dist.ProcessGroup):
         """Several reduce_scatter_tensor as one gloo reduce-scatter of the inputs laid side
         by side per rank (gloo has no coalesced form)."""
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        opts, div = self._sum_for_avg(opts)
         outs, ins = list(outputs), list(inputs)
+        kind = self._xla_ok(outs + ins, opts.reduceOp)
+        if kind in ("psum", "pmean") and all(
+                o.dtype == i.dtype and i.numel() == o.numel() * self.size()
+                for o, i in zip(outs, ins)):
+            for o, i in zip(outs, ins):
+                xla_engine.reduce_scatter(o, i, kind)
+            return _done_work(outs)
+        opts, div = self._sum_for_avg(opts)
         self._check_avg(outs, div)
         self._check_device(outs + ins)
         self._check_one_dtype(outs + ins, "reduce_scatter_tensor_coalesced")
