@@ -71,7 +71,8 @@ def two(tmp_path_factory):
 @pytest.fixture(scope="module")
 def four(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist4")
-    rc, took, text, ranks = torchrun(4, FOUR, out)
+    rc, took, text, ranks = torchrun(4, FOUR, out, env={"TN_INIT_BACKEND": "neuron",
+                                                        "TN_DEVICE_ID": "1"})
     _no_orphans(out)
     return rc, text, ranks
 
@@ -79,7 +80,8 @@ def four(tmp_path_factory):
 @pytest.fixture(scope="module")
 def xla(tmp_path_factory):
     out = tmp_path_factory.mktemp("distxla")
-    rc, took, text, ranks = torchrun(2, XLA, out, env={"TORCHNEURON_COLLECTIVES": "xla"})
+    rc, took, text, ranks = torchrun(2, XLA, out, env={"TORCHNEURON_COLLECTIVES": "xla",
+                                                       "TN_INIT_BACKEND": "cpu:gloo,neuron:neuron"})
     _no_orphans(out)
     return rc, text, ranks
 
@@ -95,11 +97,23 @@ def _verdict(run, name, nproc):
 
 
 def test_backend_is_picked_by_default(two):
+    """init_process_group() with no backend: the neuron group; one device per process
+    (torch.neuron.set_device(LOCAL_RANK) names it)."""
     rc, text, ranks, _ = two
     assert rc == 0, text[-4000:]
     for r, res in ranks.items():
         assert res["world"] == 2
-        assert res["device_count"] == 1  # one device per process under torchrun
+        assert res["group_type"] == "NeuronProcessGroup"
+        assert res["device_count"] == 1 and res["current_device"] == 0
+
+
+@pytest.mark.parametrize("launch", ["four", "xla"])
+def test_backend_spellings(request, launch):
+    """backend="neuron" with device_id=..., and "cpu:gloo,neuron:neuron"."""
+    rc, text, ranks = request.getfixturevalue(launch)
+    assert rc == 0, text[-4000:]
+    for res in ranks.values():
+        assert res["group_type"] == "NeuronProcessGroup", res
 
 
 @pytest.mark.parametrize("name", [n for n in TWO if n != "fsdp_divide_factor" or TORCH_213])

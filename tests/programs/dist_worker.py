@@ -642,10 +642,20 @@ def rank_dies(r, w):
 
 def main():
     out_dir, names = sys.argv[1], sys.argv[2:]
-    dist.init_process_group(timeout=timedelta(seconds=int(os.environ.get("TN_PG_TIMEOUT", "60"))))
+    # as CUDA programs do: the local rank names this process's device (here neuron:0)
+    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
+    kw = {}
+    if os.environ.get("TN_INIT_BACKEND"):  # "neuron", "cpu:gloo,neuron:neuron"
+        kw["backend"] = os.environ["TN_INIT_BACKEND"]
+    if os.environ.get("TN_DEVICE_ID"):
+        kw["device_id"] = torch.device("neuron", torch.neuron.current_device())
+    dist.init_process_group(timeout=timedelta(seconds=int(os.environ.get("TN_PG_TIMEOUT", "60"))),
+                            **kw)
     r, w = dist.get_rank(), dist.get_world_size()
     results = {"backend": str(dist.get_backend()), "world": w,
-               "device_count": torch.neuron.device_count()}
+               "device_count": torch.neuron.device_count(),
+               "current_device": torch.neuron.current_device(),
+               "group_type": type(dist.distributed_c10d._get_default_group()).__name__}
     for name in names:
         try:
             results[name] = [True, SCENARIOS[name](r, w)]

@@ -35,18 +35,59 @@ def _is_dev(t) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == _NAME
 
 
+class _HostPool:
+    """Reusable host staging buffers.  A results buffer is handed to jax as the tensor's
+    new device buffer (DLPack, no copy) and comes back to the pool when jax lets go of it
+    (its storage's use count falls to the pool's own reference): fresh memory costs a page
+    fault per 4 KiB on first touch, which made staging several times slower than the
+    copy itself at MiB sizes."""
+
+    MAX_PER_SIZE = 4  # a bucket's result in use, the next one staging, two spare
+    MAX_BYTES = 1 << 30
+
+    def __init__(self):
+        self._bufs: dict[int, list] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _free(buf) -> bool:
+        # the pool's tensor and the temporary storage object asked here hold the only
+        # references: no view handed out (to gloo, to a work, to jax through DLPack) lives
+        return torch._C._storage_Use_Count(buf.untyped_storage()._cdata) <= 2
+
+    def get(self, shape, dtype) -> torch.Tensor:
+        n = 1
+        for s in shape:
+            n *= int(s)
+        nbytes = n * dtype.itemsize
+        if nbytes < 64 << 10:  # small: not worth pooling
+            return torch.empty(tuple(shape), dtype=dtype)
+        with self._lock:
+            lst = self._bufs.setdefault(nbytes, [])
+            buf = next((b for b in lst if self._free(b)), None)
+            if buf is None:
+                buf = torch.empty(nbytes, dtype=torch.uint8)
+                if len(lst) < self.MAX_PER_SIZE and self._bytes + nbytes <= self.MAX_BYTES:
+                    lst.append(buf)
+                    self._bytes += nbytes
+        return buf.view(dtype).view(tuple(shape))
+
+
+_pool = _HostPool()
+
+
 def _host(t: torch.Tensor, readonly: bool = False) -> torch.Tensor:
     """A host copy of a device tensor (contiguous, same shape and dtype); with `readonly`,
     the device buffer itself where XLA:CPU lets the host read it (DLPack, no copy)."""
     alias = storage.host_alias(t)
     if alias is not None:
-        # (empty + copy_: torch's CPU clone() is many times slower at these sizes)
-        return alias if readonly else torch.empty(tuple(t.shape), dtype=t.dtype).copy_(alias)
+        return alias if readonly else _pool.get(t.shape, t.dtype).copy_(alias)
     return t.detach().to("cpu", copy=True).contiguous()
 
 
 def _host_empty(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty(tuple(t.shape), dtype=t.dtype)
+    return _pool.get(t.shape, t.dtype)
 
 
 class NeuronWork(dist.Work):
@@ -112,6 +153,13 @@ class NeuronWork(dist.Work):
         return self._inner.get_future().then(then)
 
 
+class _NoSplit:
+    supports_splitting = False
+
+
+_NO_SPLIT = _NoSplit()
+
+
 def _done_work(result=None):
     return NeuronWork(None, None, result)
 
@@ -163,8 +211,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return self._group_desc
 
     def _get_backend(self, device):
-        # init_process_group(device_id=...) asks for a backend to split eagerly: decline
-        raise RuntimeError("neuron process groups are not split eagerly")
+        # CPU tensors are gloo's; for the device, init_process_group(device_id=...) and
+        # new_group() ask whether the backend can be split eagerly: it cannot
+        if torch.device(device).type == "cpu":
+            return self._gloo
+        return _NO_SPLIT
 
     # ------------------------------------------------------------- helpers
     def _sum_for_avg(self, opts):
