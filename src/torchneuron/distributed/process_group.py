@@ -153,6 +153,15 @@ class NeuronWork(dist.Work):
         return self._inner.get_future().then(then)
 
 
+def _regroup(flat, sizes):
+    """A flat list cut back into lists of the given lengths."""
+    lists, k = [], 0
+    for n in sizes:
+        lists.append(flat[k:k + n])
+        k += n
+    return lists
+
+
 class _NoSplit:
     supports_splitting = False
 
@@ -367,37 +376,23 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return self._staged(tensors, tensors, lambda o, i: self._gloo.reduce(o, opts),
                             tensors, div)
 
-    def allgather(self, output_lists, input_list, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
+    def _into_lists(self, method, output_lists, input_list, opts):
+        """allgather / allgather_coalesced / gather: results land in lists of tensors."""
         flat = [t for lst in output_lists for t in lst]
+        gloo = getattr(self._gloo, method)
         if not self._check_device(flat + list(input_list)):
-            return self._gloo.allgather(output_lists, input_list, opts)
+            return gloo(output_lists, input_list, opts)
         sizes = [len(lst) for lst in output_lists]
+        return self._staged(flat, list(input_list),
+                            lambda o, i: gloo(_regroup(o, sizes), i, opts), output_lists)
 
-        def run(o, i):
-            lists, k = [], 0
-            for n in sizes:
-                lists.append(o[k:k + n])
-                k += n
-            return self._gloo.allgather(lists, i, opts)
-
-        return self._staged(flat, list(input_list), run, output_lists)
+    def allgather(self, output_lists, input_list, opts=None):
+        return self._into_lists("allgather", output_lists, input_list,
+                                opts if opts is not None else dist.AllgatherOptions())
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
-        flat = [t for lst in output_lists for t in lst]
-        if not self._check_device(flat + list(input_list)):
-            return self._gloo.allgather_coalesced(output_lists, input_list, opts)
-        sizes = [len(lst) for lst in output_lists]
-
-        def run(o, i):
-            lists, k = [], 0
-            for n in sizes:
-                lists.append(o[k:k + n])
-                k += n
-            return self._gloo.allgather_coalesced(lists, i, opts)
-
-        return self._staged(flat, list(input_list), run, output_lists)
+        return self._into_lists("allgather_coalesced", output_lists, input_list,
+                                opts if opts is not None else dist.AllgatherOptions())
 
     def _allgather_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -448,20 +443,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
     def gather(self, output_lists, input_list, opts=None):
-        opts = opts if opts is not None else dist.GatherOptions()
-        flat = [t for lst in output_lists for t in lst]
-        if not self._check_device(flat + list(input_list)):
-            return self._gloo.gather(output_lists, input_list, opts)
-        sizes = [len(lst) for lst in output_lists]
-
-        def run(o, i):
-            lists, k = [], 0
-            for n in sizes:
-                lists.append(o[k:k + n])
-                k += n
-            return self._gloo.gather(lists, i, opts)
-
-        return self._staged(flat, list(input_list), run, output_lists)
+        return self._into_lists("gather", output_lists, input_list,
+                                opts if opts is not None else dist.GatherOptions())
 
     def scatter(self, output_list, input_lists, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
@@ -471,10 +454,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         sizes = [len(lst) for lst in input_lists]
 
         def run(o, i):
-            lists, k = [], 0
-            for n in sizes:
-                lists.append(i[k:k + n])
-                k += n
+            lists = _regroup(i, sizes)
             return self._gloo.scatter(o, lists, opts)
 
         return self._staged(list(output_list), flat, run, output_list)
@@ -491,10 +471,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         sizes = [len(lst) for lst in input_lists]
 
         def run(o, i):
-            lists, k = [], 0
-            for n in sizes:
-                lists.append(i[k:k + n])
-                k += n
+            lists = _regroup(i, sizes)
             return self._gloo.reduce_scatter(o, lists, opts)
 
         return self._staged(list(output_list), flat, run, output_list, div)
