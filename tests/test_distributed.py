@@ -176,6 +176,16 @@ def test_timeout_fails_clearly(tmp_path):
     assert "Timed out" in detail or "timeout" in detail.lower(), detail
 
 
+def test_mismatch_raises_in_detail_mode(tmp_path):
+    rc, took, text, ranks = torchrun(2, ["mismatch_detected"], tmp_path, timeout=300,
+                                     env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    _no_orphans(tmp_path)
+    for r in (0, 1):
+        assert r in ranks, text[-3000:]
+        ok, detail = ranks[r]["mismatch_detected"]
+        assert ok, detail
+
+
 def test_dead_rank_fails_the_job(tmp_path):
     """A rank that dies mid-job: torchrun stops the others and fails, within the timeout."""
     rc, took, text, ranks = torchrun(2, ["rank_dies"], tmp_path, timeout=180,

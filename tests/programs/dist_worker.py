@@ -632,6 +632,27 @@ def timeout_fault(r, w):
 
 
 @scenario
+def mismatch_detected(r, w):
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL, collectives whose shapes or dtypes differ
+    across ranks raise on every rank (not gloo's silent wrong data on one of them)."""
+    out = []
+    for what, t in [("shape", torch.ones(3 + r, device=DEV)),
+                    ("dtype", torch.ones(4, dtype=(torch.float32, torch.float64)[r % 2],
+                                         device=DEV))]:
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as e:
+            assert "Detected mismatch between collectives" in str(e), e
+            out.append(what)
+        else:
+            raise AssertionError(f"a {what} mismatch across ranks was not detected")
+    t = torch.ones(4, device=DEV)  # the group still works
+    dist.all_reduce(t)
+    close(t, torch.full((4,), float(w)), 0)
+    return "detected: " + ", ".join(out)
+
+
+@scenario
 def rank_dies(r, w):
     """Rank 1 dies without a word; rank 0's all_reduce must not hang."""
     if r == 1:

@@ -181,6 +181,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._gloo = dist.ProcessGroupGloo(store, rank, world_size, timeout)
         self._timeout = timeout
         self._xla = xla_engine.available(world_size)  # TORCHNEURON_COLLECTIVES=xla
+        self._debug_detail = dist.get_debug_level() == dist.DebugLevel.DETAIL
         self._group_name = None
         self._group_desc = None
 
@@ -405,8 +406,6 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return self._staged([output], [input],
                             lambda o, i: self._gloo._allgather_base(o[0], i[0], opts), [output])
 
-    all_gather_single = _allgather_base
-
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         """Several all_gather_into_tensor as one gloo all-gather of the concatenated
         inputs (gloo has no coalesced form)."""
@@ -439,8 +438,6 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     o.copy_(part.reshape(o.shape).to(o.device))
 
         return NeuronWork(inner, finish, outs)
-
-    all_gather_single_coalesced = allgather_into_tensor_coalesced
 
     def gather(self, output_lists, input_list, opts=None):
         return self._into_lists("gather", output_lists, input_list,
@@ -493,8 +490,6 @@ class NeuronProcessGroup(dist.ProcessGroup):
                             lambda o, i: self._gloo._reduce_scatter_base(o[0], i[0], opts),
                             [output], div)
 
-    reduce_scatter_single = _reduce_scatter_base
-
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         """Several reduce_scatter_tensor as one gloo reduce-scatter of the inputs laid side
         by side per rank (gloo has no coalesced form)."""
@@ -531,8 +526,6 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
         return NeuronWork(inner, finish, outs)
 
-    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
-
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
         if not self._check_device([output, input]):
@@ -542,8 +535,6 @@ class NeuronProcessGroup(dist.ProcessGroup):
             [output], [input],
             lambda o, i: self._gloo.alltoall_base(o[0], i[0], output_split_sizes,
                                                   input_split_sizes, opts), [output])
-
-    all_to_all_single = alltoall_base
 
     def alltoall(self, output_list, input_list, opts=None):
         """List all-to-all as one all_to_all_single over concatenated flat buffers
@@ -605,6 +596,64 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._gloo.shutdown()
         except (AttributeError, RuntimeError):
             pass
+
+
+# ------------------------------------------------------------------- debug checks
+def _tensors_in(args):
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(_tensors_in(a))
+    return out
+
+
+_FP_BYTES = 512
+
+
+def _fingerprint_check(pg, op, args):
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: every rank's collective (op, shapes, dtypes) is
+    compared before it runs, as torch's ProcessGroupWrapper does for gloo and NCCL (which
+    a Python process group does not get); a mismatch raises on every rank."""
+    desc = op + "(" + ", ".join(f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}"
+                                for t in _tensors_in(args)) + ")"
+    raw = desc.encode()[:_FP_BYTES]
+    mine = torch.zeros(_FP_BYTES, dtype=torch.uint8)
+    mine[:len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    every = [torch.empty_like(mine) for _ in range(pg.size())]
+    pg._gloo.allgather([every], [mine]).wait()
+    seen = [bytes(t.tolist()).rstrip(b"\0").decode(errors="replace") for t in every]
+    if any(d != seen[0] for d in seen):
+        parts = "; ".join(f"rank {r}: {d}" for r, d in enumerate(seen))
+        raise RuntimeError(f"Detected mismatch between collectives on ranks ({parts})")
+
+
+_CHECKED = ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather",
+            "allgather_coalesced", "_allgather_base", "allgather_into_tensor_coalesced",
+            "gather", "scatter", "reduce_scatter", "_reduce_scatter_base",
+            "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall")
+
+
+def _with_check(name, fn):
+    def method(self, *args):
+        if self._debug_detail:
+            _fingerprint_check(self, name, args)
+        return fn(self, *args)
+
+    method.__name__ = fn.__name__
+    method.__doc__ = fn.__doc__
+    return method
+
+
+for _n in _CHECKED:
+    setattr(NeuronProcessGroup, _n, _with_check(_n, getattr(NeuronProcessGroup, _n)))
+for _alias, _n in (("all_gather_single", "_allgather_base"),
+                   ("all_gather_single_coalesced", "allgather_into_tensor_coalesced"),
+                   ("reduce_scatter_single", "_reduce_scatter_base"),
+                   ("reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced"),
+                   ("all_to_all_single", "alltoall_base")):
+    setattr(NeuronProcessGroup, _alias, getattr(NeuronProcessGroup, _n))
 
 
 def create(store, rank: int, world_size: int, timeout: timedelta) -> NeuronProcessGroup:
