@@ -179,6 +179,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def __init__(self, store, rank: int, world_size: int, timeout: timedelta):
         super().__init__(rank, world_size)
         self._gloo = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+        # C++ asks the group's default backend for its name (torch 2.15's flight recorder
+        # does at creation): gloo, which serves the CPU side, is registered as that
+        try:
+            self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO,
+                                   self._gloo)
+            self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        except (AttributeError, RuntimeError, TypeError):
+            pass
         self._timeout = timeout
         self._xla = xla_engine.available(world_size)  # TORCHNEURON_COLLECTIVES=xla
         self._debug_detail = dist.get_debug_level() == dist.DebugLevel.DETAIL

@@ -78,7 +78,10 @@ def _build(cxx: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-w", str(_SRC), "-o", tmp,
+    # torch 2.15's headers use C++20 (std::bit_width, string_view::starts_with)
+    major_minor = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    std = "-std=c++20" if major_minor >= (2, 15) else "-std=c++17"
+    cmd = [cxx, "-O2", "-shared", "-fPIC", std, "-w", str(_SRC), "-o", tmp,
            f"-I{inc}", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
     try:
