@@ -55,10 +55,16 @@ def _scalar_tensor_check(s, *, dtype=None, **kwargs):
     _check_fill_value(s, dtype or torch.get_default_dtype(), 1)
 
 
+_TORCH_215 = torch.torch_version.TorchVersion(torch.__version__) >= (2, 15)
+
+
 def _arange_check(*args, dtype=None, **kwargs):
     """int64 truncates the arguments before the length is computed; a step that truncates
     to 0 is refused like torch 2.13's CPU does (torch 2.11's meta kernel divides by it;
-    its CPU kernel dies of SIGFPE)."""
+    its CPU kernel dies of SIGFPE).  torch 2.15's CPU takes the length from the untruncated
+    step and fills start + 0 * i: so does the device there (the meta kernel's length)."""
+    if _TORCH_215:
+        return
     start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
     vals = [v.item() if isinstance(v, torch.Tensor) else v for v in (start, end, step)]
     ints = all(isinstance(v, int) for v in vals)
@@ -181,9 +187,13 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
         return lax.complex(re, im)
     half = dt in (_F16, _BF16)
     cd = jnp.float32 if half else dt
+    # torch < 2.15 rounds half/bfloat16 after each operation; 2.15 rounds the endpoints to
+    # the result type, computes in float and rounds once (the cast below)
     r = (lambda v: round_to(v, dt)) if half else (lambda v: v)
     s = r(start_.real.astype(jnp.float64).astype(cd) if jnp.iscomplexobj(start_) else start_.astype(cd))
     e = r(end_.real.astype(jnp.float64).astype(cd) if jnp.iscomplexobj(end_) else end_.astype(cd))
+    if _TORCH_215:
+        r = lambda v: v  # noqa: E731
     if steps == 1:
         return jnp.broadcast_to(s, (1,)).astype(dt)
     step = r(r(e - s) / r(jnp.asarray(steps - 1, cd)))
