@@ -357,6 +357,20 @@ def test_clamp(dtype):
         check(lambda a: a.clamp(-1.5, 0.5), x)  # float bounds on ints promote
 
 
+@pytest.mark.parametrize("bdtype", [torch.float32, torch.float64, torch.int64, torch.int8],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.float16], ids=str)
+def test_clamp_mixed_rank_tensor_bounds(dtype, bdtype):
+    """A 1-d and a 0-d tensor bound of any dtypes promote like CPU (the trace-time dtype
+    probe turned a 0-d `Tensor?` bound into a Python number and aten::clamp refused it)."""
+    x = seeded((6,), dtype, -4, 4)
+    lo = seeded((6,), bdtype, -3, 0, seed=3)
+    hi = torch.tensor(2, dtype=bdtype)
+    check(lambda a, lo, hi: torch.clamp(a, min=lo, max=hi), x, lo, hi)
+    check(lambda a, lo, hi: torch.clamp(a, min=hi, max=lo), x, lo, hi)
+    check(lambda a, hi: torch.clamp(a, min=hi), x, hi)
+
+
 @pytest.mark.parametrize("dtype", DTYPES + [torch.bool], ids=str)
 def test_where(dtype):
     x = _values(dtype)
