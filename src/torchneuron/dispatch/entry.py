@@ -29,7 +29,7 @@ Tensor = torch.Tensor
 aten = torch.ops.aten
 
 class Executable:
-    __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index")
+    __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index", "warn")
 
 
 cache_hits = collections.Counter()  # op name -> calls served by a cached executable
@@ -67,6 +67,8 @@ class Entry:
             exe = self.build(key, args, kwargs, w)
         else:
             cache_hits[self.name] += 1
+        if exe.warn:
+            warnings.warn(exe.warn, UserWarning, stacklevel=2)
         index = exe.index
         inputs = w.arrays
         if w.dyn:
@@ -147,15 +149,17 @@ class Entry:
 
         # which (slot, spec) each mutated argument writes
         write_targets = []
+        base_name = self.op._schema.name
+        overlap_ok = base_name in OVERLAP_WRITES
         if mode in ("inplace", "mutating"):
             for i in sch.mutated:
                 v = sch.arg(args, kwargs, i)
                 if isinstance(v, (list, tuple)):
-                    write_targets.append([write_target(x, w, spec_of) for x in v])
+                    write_targets.append([write_target(x, w, spec_of, overlap_ok) for x in v])
                 elif v is None:
                     write_targets.append(None)
                 else:
-                    write_targets.append(write_target(v, w, spec_of))
+                    write_targets.append(write_target(v, w, spec_of, overlap_ok))
         writes_slots = sorted({t.slot for grp in write_targets if grp is not None
                                for t in (grp if isinstance(grp, list) else [grp])})
         random = self.random
@@ -189,7 +193,9 @@ class Entry:
                     if grp is None or val is None:
                         continue
                     for tgt, v in (zip(grp, val) if isinstance(grp, list) else ((grp, val),)):
-                        slots[tgt.slot] = storage.write_view(
+                        write = storage.write_view_overlapping if tgt.overlap else \
+                            storage.write_view
+                        slots[tgt.slot] = write(
                             slots[tgt.slot], resolve(tgt.spec, offs),
                             storage.apply_flags(as_array(v), tgt.flags))
             return tuple(outs) + tuple(slots[s] for s in writes_slots)
@@ -202,6 +208,9 @@ class Entry:
         exe.out_bytes = sum(sp.nbytes for sp in out_specs)
         exe.random = random
         exe.index = index
+        overlapped = any(t.overlap for grp in write_targets if grp is not None
+                         for t in (grp if isinstance(grp, list) else [grp]))
+        exe.warn = OVERLAP_WRITES.get(base_name) if overlapped else None
         if len(self.cache) >= CACHE_MAX:
             self.cache.popitem(last=False)
         self.cache[key] = exe
@@ -212,14 +221,41 @@ def make_out(arr, sp, index):
     return storage.make_tensor(arr, sp[0], sp[1], sp[2], sp[3], index, sp.nbytes)
 
 
-def write_target(t, w, spec_of):
+def _expanded_warning(op, example):
+    return (f"Use of {op} on expanded tensors is deprecated. Please clone() the tensor before "
+            f"performing this operation. This also applies to advanced indexing e.g. {example}")
+
+
+# In-place ops whose CPU kernels write through a view with internal overlap (an expanded
+# tensor) instead of refusing it: fill_ and zero_ silently (every element gets the same
+# value), these with a deprecation warning (TensorAdvancedIndexing.cpp's TORCH_WARNs).
+OVERLAP_WRITES = {
+    "aten::fill_": None,
+    "aten::zero_": None,
+    "aten::index_put_": _expanded_warning("index_put_", "tensor[indices] = tensor"),
+    "aten::_index_put_impl_": _expanded_warning("index_put_", "tensor[indices] = tensor"),
+    "aten::masked_fill_": _expanded_warning("masked_fill_", "tensor[mask] = scalar"),
+    "aten::index_fill_": _expanded_warning("index_fill_", "tensor[mask] = scalar"),
+}
+
+
+def check_overlap(t, allowed=False) -> bool:
+    """Whether the written-to tensor `t` has internal overlap; raises TensorIterator's
+    error unless the op writes through overlap (`allowed`)."""
+    if not isinstance(t, Tensor) or torch._debug_has_internal_overlap(t) != 1:
+        return False
+    if allowed:
+        return True
+    raise RuntimeError(
+        "unsupported operation: more than one element of the written-to tensor refers to a "
+        "single memory location. Please clone() the tensor before performing the operation."
+    )
+
+
+def write_target(t, w, spec_of, overlap_ok=False):
     cell = storage.cell_of(t)
-    if torch._debug_has_internal_overlap(t) == 1:
-        raise RuntimeError(
-            "unsupported operation: more than one element of the written-to tensor refers to a "
-            "single memory location. Please clone() the tensor before performing the operation."
-        )
-    return WriteTarget(w.slots[id(cell)], spec_of[id(t)], storage.view_flags(t))
+    overlap = check_overlap(t, overlap_ok)
+    return WriteTarget(w.slots[id(cell)], spec_of[id(t)], storage.view_flags(t), overlap)
 
 
 def flatten_returns(meta, sch, mutating=False):
