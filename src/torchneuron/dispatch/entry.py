@@ -20,7 +20,8 @@ import torch
 from .. import config, lowering, runtime, storage
 from ..numerics import scalar_type_name
 from . import meta as _meta
-from .executable import Walk, as_array, current_device, dense_strides, fill, layout, template
+from .executable import (Walk, as_array, current_device, dense_strides, fill, global_state,
+                         layout, template)
 from .meta import device_mismatch, translate_runtime_error
 from .plan import Arg, Const, New, Nothing, OutSpec, Seq, WriteTarget, assemble, resolve
 from .schema import TLIST, schema
@@ -61,6 +62,7 @@ class Entry:
             kind_of = sch.kind_of
             toks.append(tuple((k, w.value(v, kind_of[k], k)) for k, v in kwargs.items()))
         toks.append(w.index)
+        toks.append(global_state())
         key = tuple(toks)
         exe = self.cache.get(key)
         if exe is None:
