@@ -531,3 +531,29 @@ def test_half_mul_div_by_python_scalar_bit_exact(dtype):
     x = (torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
     for f in (lambda a: a * 0.1, lambda a: 0.3 * a, lambda a: a / 3.3, lambda a: 1.7 / a):
         assert torch.equal(f(x.to(DEV)).cpu(), f(x))
+
+
+OUT_DTYPE_ROWS = [
+    ("neg_f64_into_c64", torch.neg, (torch.float64,), torch.complex64),  # Found dtype ...
+    ("neg_i32_into_i64", torch.neg, (torch.int32,), torch.int64),
+    ("abs_c64_into_c64", torch.abs, (torch.complex64,), torch.complex64),
+    ("abs_c64_into_f32", torch.abs, (torch.complex64,), torch.float32),
+    ("sin_i64_into_i64", torch.sin, (torch.int64,), torch.int64),
+    ("sin_i64_into_f64", torch.sin, (torch.int64,), torch.float64),
+    ("exp_f64_into_c128", torch.exp, (torch.float64,), torch.complex128),
+    ("add_f64_into_i64", torch.add, (torch.float64, torch.float64), torch.int64),
+    ("add_i32_into_f16", torch.add, (torch.int32, torch.int32), torch.float16),
+    ("mul_f32_into_bool", torch.mul, (torch.float32, torch.float32), torch.bool),
+    ("bitwise_and_i8_into_bool", torch.bitwise_and, (torch.int8, torch.int8), torch.bool),
+    ("where_into_i64", lambda c, out: torch.where(c > 0, c, c, out=out), (torch.float32,),
+     torch.int64),
+]
+
+
+@pytest.mark.parametrize("name,fn,dts,odt", OUT_DTYPE_ROWS, ids=[r[0] for r in OUT_DTYPE_ROWS])
+def test_out_dtype_checked_like_cpu(name, fn, dts, odt):
+    """out= takes what CPU's out= kernel takes for these dtypes and refuses the rest with
+    its message (was: anything can_cast allowed, e.g. neg(float64, out=complex64))."""
+    args = [seeded((2, 3), dt, 1, 4, seed=i) for i, dt in enumerate(dts)]
+    check_or_raises(lambda *a: fn(*a[:-1], out=a[-1]), *args, torch.zeros((2, 3), dtype=odt),
+                    exact=True)
