@@ -78,7 +78,7 @@ _VIEW_OPS = [
     aten.unfold.default, aten.view_as_real.default, aten.view_as_complex.default,
     aten.set_.source_Storage_storage_offset, aten.set_.source_Storage,
     aten.set_.source_Tensor, aten.as_strided_.default, aten.is_set_to.default,
-    aten._unsafe_view.default, aten.alias.default, aten.view.dtype,
+    aten._unsafe_view.default, aten.view.dtype,
 ]
 
 
@@ -225,6 +225,8 @@ _to_copy_entry = dispatch.entry_for(aten._to_copy.default)
 @kernel('_to_copy.default')
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
+    if type(self) is not torch.Tensor:
+        self = _plain(self)
     target = device if device is not None else self.device
     if isinstance(target, str):
         target = torch.device(target)
@@ -268,6 +270,14 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         assign(out, _upload(src, idx))
         return out
     return storage.to_neuron(src, idx)
+
+
+def _plain(t):
+    """A plain-Tensor alias of a Tensor subclass: a kernel sees the TensorImpl, not the
+    subclass's Python overrides (UninitializedParameter's `shape` raises; lazy modules'
+    `.to("neuron")` moves those empty placeholders)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return torch.Tensor._make_subclass(torch.Tensor, t)
 
 
 @kernel('_copy_from.default')
