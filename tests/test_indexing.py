@@ -655,3 +655,42 @@ def test_writes_into_expanded_tensors_like_cpu(name):
         assert actual[0] == expected[0]
     else:
         assert torch.equal(actual[0], expected[0])
+
+
+UINT8_MASK_ROWS = {
+    "get": lambda x, m, d: x[m],
+    "get_mask_and_int": lambda x, m, d: x[m, 1],
+    "set_tensor": lambda x, m, d: x.__setitem__(m, torch.ones(3, device=d)),
+    "set_scalar": lambda x, m, d: x.__setitem__(m, 1.0),  # CPU: masked_fill_ refuses
+    "index_put_scalar": lambda x, m, d: x.index_put_((m,), torch.tensor(2.0, device=d)),
+    "index_put_accumulate": lambda x, m, d: x.index_put_((m,), torch.tensor(2.0, device=d),
+                                                         accumulate=True),
+    "bool_control": lambda x, m, d: x[m.bool()],
+}
+
+
+@pytest.mark.parametrize("name", list(UINT8_MASK_ROWS))
+def test_uint8_masks_warn_and_refuse_like_cpu(name):
+    """A uint8 mask index warns 'indexing with dtype torch.uint8 is now deprecated' like
+    CPU's expandTensors (was: silent), and where CPU's index_put_ dispatches to
+    masked_fill_ (one mask, one value, no accumulate) it refuses the byte mask."""
+    import warnings
+
+    def run(d):
+        x = torch.arange(6.0).reshape(2, 3).to(d)
+        m = torch.tensor([1, 0], dtype=torch.uint8).to(d)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            try:
+                r = UINT8_MASK_ROWS[name](x, m, d)
+                out = (r if r is not None else x).cpu()
+            except RuntimeError as e:
+                out = str(e)
+        return out, [str(a.message).split(" (Triggered internally")[0] for a in w]
+
+    expected, got = run("cpu"), run(DEV)
+    assert got[1] == expected[1]
+    if isinstance(expected[0], str):
+        assert got[0] == expected[0]
+    else:
+        assert torch.equal(got[0], expected[0])
