@@ -583,7 +583,7 @@ def test_complex_pow_matches_cpu_cpow(dtype):
     check(torch.pow, x, y)
     z = x[::256].clone()
     for e in (0.001 - 0.001j, 2.5, -1.5, 1j, 0.5):
-        check(lambda a: torch.pow(a, e), z)
+        check(lambda a, e=e: torch.pow(a, e), z)
     check(lambda b: torch.pow(2 + 1j, b), z)
     zero = torch.zeros((), dtype=dtype)
     check(torch.pow, zero, torch.tensor(0.001 - 0.001j, dtype=dtype))

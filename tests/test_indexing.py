@@ -634,6 +634,8 @@ EXPANDED_WRITES = {
     "setitem_index": lambda x, d: x.__setitem__(
         (torch.tensor([1, 2], device=d), torch.tensor([2, 0], device=d)), 5.0),
     "masked_fill_": lambda x, d: x.masked_fill_(torch.tensor([True, False, True], device=d), 2.0),
+    "setitem_mask": lambda x, d: x.__setitem__(torch.tensor([[True, False, True]] * 4, device=d),
+                                               7.0),
     "index_fill_": lambda x, d: x.index_fill_(1, torch.tensor([0], device=d), -1.0),
     "fill_": lambda x, d: x.fill_(3.0),
     "zero_": lambda x, d: x.zero_(),

@@ -636,7 +636,9 @@ def test_unique_dim_with_nans_matches_cpu():
         [[2.0, NAN, 1.0], [1.0, 0.0, 0.0], [2.0, NAN, 1.0], [NAN, NAN, NAN], [NAN, NAN, NAN],
          [1.0, 0.0, 0.0]],
     ]
-    f = lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True)  # noqa: E731
+    def f(x):
+        return torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+
     for r in rows:
         x = torch.tensor(r)
         check(f, x, native=False)

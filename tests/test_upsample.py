@@ -189,15 +189,17 @@ def test_integer_dtypes_accepted_or_refused_like_cpu(mode, dtype):
         for c in (1, 3):
             x = (torch.arange(c * 4 ** (n - 2)) % 3).reshape((1, c) + (4,) * (n - 2)).to(dtype)
             xs = [x] + ([x.contiguous(memory_format=torch.channels_last)] if n == 4 else [])
+            def fn(t):
+                return F.interpolate(t, scale_factor=2, mode=mode)
+
             for v in xs:
-                fn = lambda t: F.interpolate(t, scale_factor=2, mode=mode)  # noqa: E731
                 if mode.startswith("nearest"):
                     check_or_raises(fn, v, exact=True)
                     continue
                 try:  # uint8 (bi)linear values: CPU's integer AVX path rounds its own way
                     expected = fn(v)
                 except NotImplementedError:
-                    raises_like(lambda: fn(v), lambda: fn(v.to(DEV)))
+                    raises_like(lambda v=v: fn(v), lambda v=v: fn(v.to(DEV)))
                     continue
                 with native_only():
                     got = fn(v.to(DEV))

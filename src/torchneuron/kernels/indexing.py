@@ -290,6 +290,10 @@ def _index_put_kernel(op, low_op, mode):
                                    "with dtype unsigned char")
             _warn_uint8_masks(indices)
             if fast:  # x[mask] = v with one value: a masked fill, no sync
+                if mode == "inplace" and torch._debug_has_internal_overlap(self) == 1:
+                    # CPU's index_put_ warns before its masked_fill_ route warns again
+                    warnings.warn(dispatch.OVERLAP_WRITES["aten::index_put_"],
+                                  UserWarning, stacklevel=2)
                 return _masked_put(self, indices, values, accumulate, mode)
             indices = _expand_masks(self, indices)
         else:

@@ -47,7 +47,7 @@ def _check_dtype(op, x, nd, args, kwargs):
                 op(stand, (2,) * nd, *sargs)
             except NotImplementedError as e:
                 err = NotImplementedError(str(e).split("\n")[0])
-            except Exception:  # noqa: BLE001  (not a dtype question)
+            except Exception:  # noqa: BLE001, S110  (not a dtype question)
                 pass
         _dtype_checked[key] = err
     if err is not None:
