@@ -197,3 +197,31 @@ def test_transformer_encoder_layer():
         return f(x, *ps, src_mask=mask, is_causal=True)
 
     check(g, _r((2, 6, 16), grad=True), mask, *params, grad=True, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_transformer_decoder_layer_float64_gradcheck(bias, norm_first):
+    """gradcheck (as PyTorch's module tests run it, float64) passes like on CPU: its
+    undefined-gradient pass sends an undefined grad_out into the fused attention backward
+    (was: AttributeError 'NoneType' object has no attribute 'dtype')."""
+    torch.manual_seed(0)
+    ref = nn.TransformerDecoderLayer(4, 2, 16, dropout=0.0, bias=bias,
+                                     norm_first=norm_first).double()
+    m = nn.TransformerDecoderLayer(4, 2, 16, dropout=0.0, bias=bias,
+                                   norm_first=norm_first).double()
+    m.load_state_dict(ref.state_dict())
+    m = m.to("neuron")
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(2, 3, 4, dtype=torch.float64, generator=g)
+    b = torch.randn(2, 3, 4, dtype=torch.float64, generator=g)
+    for mod, dev in ((ref, "cpu"), (m, "neuron")):
+        x, y = a.to(dev, copy=True).requires_grad_(), b.to(dev, copy=True).requires_grad_()
+        assert torch.autograd.gradcheck(mod, (x, y), fast_mode=True,
+                                        check_batched_grad=False)
+    x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+    ref(x, y).sum().backward()
+    xd, yd = a.to("neuron").requires_grad_(), b.to("neuron").requires_grad_()
+    m(xd, yd).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(yd.grad.cpu(), y.grad, atol=1e-10, rtol=1e-10)

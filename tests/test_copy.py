@@ -173,6 +173,25 @@ def test_pickle_deepcopy():
     assert m.weight.device == DEV
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_deepcopy_every_dtype(dtype):
+    """deepcopy goes through an untyped (byte) storage copy retyped by its first user:
+    the retype must reinterpret the bytes exactly (float64 raised a TypeError)."""
+    x = _sample(dtype)
+    c = copy.deepcopy(x.to(DEV))
+    assert c.dtype == dtype and torch.equal(c.cpu(), copy.deepcopy(x))
+    v = copy.deepcopy(x.to(DEV)[1:, ::2])
+    assert torch.equal(v.cpu(), copy.deepcopy(x[1:, ::2]))
+
+
+def test_deepcopy_float64_rnn_module():
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(3, 4, num_layers=2).double()
+    m = copy.deepcopy(copy.deepcopy(ref).to(DEV))
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    assert_same(m(x.to(DEV)), ref(x), atol=1e-10, rtol=1e-10)
+
+
 def test_neuron_to_neuron_copy_is_a_copy():
     d = torch.arange(5.0).to("neuron")
     e = d.clone()

@@ -127,6 +127,69 @@ ARANGE = [
 ]
 
 
+@pytest.fixture
+def fill_uninitialized():
+    """torch.use_deterministic_algorithms(True) with fill_uninitialized_memory, restored."""
+    det = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(det, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+
+
+ALL_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+              torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+              torch.complex128]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_deterministic_empty_is_filled_like_cpu(dtype, fill_uninitialized):
+    """NaN for floating/complex, the max for integers, True for bool (was: zeros)."""
+    base = torch.zeros(2, dtype=dtype)
+    for fn in (lambda d: torch.empty(2, 3, dtype=dtype, device=d),
+               lambda d: torch.empty_strided((2, 3), (1, 2), dtype=dtype, device=d),
+               lambda d: torch.empty_like(base.to(d)),
+               lambda d: base.to(d).new_empty((4,))):
+        expected = fn("cpu")
+        with native_only():
+            actual = fn(DEV)
+        assert_same(actual, expected)  # NaN == NaN here
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.bool, torch.complex64],
+                         ids=str)
+@pytest.mark.parametrize("size,stride,new", [
+    ((10,), (1,), (5,)), ((10,), (0,), (10,)), ((10,), (1,), (20,)), ((2, 3, 4), None, (3, 4, 5)),
+    ((2, 3, 4), (1, 4, 12), (4, 3, 4)), ((2, 3, 4), (1, 0, 1), (2, 4, 5))])
+def test_deterministic_resize_fills_the_new_storage(dtype, size, stride, new,
+                                                   fill_uninitialized):
+    """PyTorch's test_deterministic_resize: the grown part of the storage is filled, the
+    old part kept; an overlapping (stride 0) tensor can be fill_-ed (was: raised)."""
+    def prog(d):
+        if stride is None:
+            a = torch.zeros(size, dtype=dtype, device=d)
+        else:
+            a = torch.empty_strided(size, stride, dtype=dtype, device=d).fill_(0)
+        old = torch.tensor(a.untyped_storage().clone().cpu(), dtype=dtype)
+        a.resize_(new)
+        grown = torch.tensor(a.untyped_storage().cpu(), dtype=dtype)
+        n = min(old.numel(), grown.numel())
+        # the old bytes are kept (gaps of a strided tensor hold garbage on CPU: compare
+        # them per device); the grown part is filled and compared with CPU's
+        kept = torch.equal(grown[:n].view(torch.uint8), old[:n].view(torch.uint8))
+        return old.numel(), grown.numel(), kept, grown[n:], a.shape, a.stride()
+
+    expected = prog("cpu")
+    with native_only():
+        actual = prog(DEV)
+    assert_same(actual, expected)
+
+
 @pytest.mark.parametrize("name,fn", ARANGE, ids=[a[0] for a in ARANGE])
 def test_arange(name, fn):
     same(fn)

@@ -357,6 +357,20 @@ def test_clamp(dtype):
         check(lambda a: a.clamp(-1.5, 0.5), x)  # float bounds on ints promote
 
 
+@pytest.mark.parametrize("bdtype", [torch.float32, torch.float64, torch.int64, torch.int8],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.float16], ids=str)
+def test_clamp_mixed_rank_tensor_bounds(dtype, bdtype):
+    """A 1-d and a 0-d tensor bound of any dtypes promote like CPU (the trace-time dtype
+    probe turned a 0-d `Tensor?` bound into a Python number and aten::clamp refused it)."""
+    x = seeded((6,), dtype, -4, 4)
+    lo = seeded((6,), bdtype, -3, 0, seed=3)
+    hi = torch.tensor(2, dtype=bdtype)
+    check(lambda a, lo, hi: torch.clamp(a, min=lo, max=hi), x, lo, hi)
+    check(lambda a, lo, hi: torch.clamp(a, min=hi, max=lo), x, lo, hi)
+    check(lambda a, hi: torch.clamp(a, min=hi), x, hi)
+
+
 @pytest.mark.parametrize("dtype", DTYPES + [torch.bool], ids=str)
 def test_where(dtype):
     x = _values(dtype)
@@ -517,3 +531,62 @@ def test_half_mul_div_by_python_scalar_bit_exact(dtype):
     x = (torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
     for f in (lambda a: a * 0.1, lambda a: 0.3 * a, lambda a: a / 3.3, lambda a: 1.7 / a):
         assert torch.equal(f(x.to(DEV)).cpu(), f(x))
+
+
+OUT_DTYPE_ROWS = [
+    ("neg_f64_into_c64", torch.neg, (torch.float64,), torch.complex64),  # Found dtype ...
+    ("neg_i32_into_i64", torch.neg, (torch.int32,), torch.int64),
+    ("abs_c64_into_c64", torch.abs, (torch.complex64,), torch.complex64),
+    ("abs_c64_into_f32", torch.abs, (torch.complex64,), torch.float32),
+    ("sin_i64_into_i64", torch.sin, (torch.int64,), torch.int64),
+    ("sin_i64_into_f64", torch.sin, (torch.int64,), torch.float64),
+    ("exp_f64_into_c128", torch.exp, (torch.float64,), torch.complex128),
+    ("add_f64_into_i64", torch.add, (torch.float64, torch.float64), torch.int64),
+    ("add_i32_into_f16", torch.add, (torch.int32, torch.int32), torch.float16),
+    ("mul_f32_into_bool", torch.mul, (torch.float32, torch.float32), torch.bool),
+    ("bitwise_and_i8_into_bool", torch.bitwise_and, (torch.int8, torch.int8), torch.bool),
+    ("where_into_i64", lambda c, out: torch.where(c > 0, c, c, out=out), (torch.float32,),
+     torch.int64),
+]
+
+
+@pytest.mark.parametrize("name,fn,dts,odt", OUT_DTYPE_ROWS, ids=[r[0] for r in OUT_DTYPE_ROWS])
+def test_out_dtype_checked_like_cpu(name, fn, dts, odt):
+    """out= takes what CPU's out= kernel takes for these dtypes and refuses the rest with
+    its message (was: anything can_cast allowed, e.g. neg(float64, out=complex64))."""
+    args = [seeded((2, 3), dt, 1, 4, seed=i) for i, dt in enumerate(dts)]
+    check_or_raises(lambda *a: fn(*a[:-1], out=a[-1]), *args, torch.zeros((2, 3), dtype=odt),
+                    exact=True)
+
+
+_POW_PARTS = [-3, -2, -1, -0.5, -0.25, -0.1, -0.001, -0.0, 0.0, 0.001, 0.1, 0.25, 0.5, 1, 2, 3]
+_POW_SPECIAL = [-float("inf"), -2, -0.5, -0.0, 0.0, 1e-30, 0.5, 1, 3, float("inf"),
+                float("nan")]
+
+
+def _complex_grid(parts, dtype):
+    v = torch.tensor(parts, dtype=torch.float64)
+    n = v.numel()
+    z = torch.complex(v[:, None].expand(n, n), v[None, :].expand(n, n)).reshape(-1).to(dtype)
+    m = z.numel()
+    return (z[:, None].expand(m, m).reshape(-1).contiguous(),
+            z[None, :].expand(m, m).reshape(-1).contiguous())
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_pow_matches_cpu_cpow(dtype):
+    """Complex pow is glibc's cpow on CPU, cexp(y * clog(x)) with Annex G products and
+    its special cases: 0 ** (0.001-0.001j) is 0 (was NaN), 0 ** 0 is NaN in complex128.
+    Every pair of a 256-value grid of small values (65,536 pairs; 458 differed), the
+    Tensor_Scalar and Scalar overloads, and for complex128 infinities and NaN too."""
+    x, y = _complex_grid(_POW_PARTS, dtype)
+    check(torch.pow, x, y)
+    z = x[::256].clone()
+    for e in (0.001 - 0.001j, 2.5, -1.5, 1j, 0.5):
+        check(lambda a, e=e: torch.pow(a, e), z)
+    check(lambda b: torch.pow(2 + 1j, b), z)
+    zero = torch.zeros((), dtype=dtype)
+    check(torch.pow, zero, torch.tensor(0.001 - 0.001j, dtype=dtype))
+    if dtype == torch.complex128:
+        xs, ys = _complex_grid(_POW_SPECIAL, dtype)
+        check(torch.pow, xs, ys)

@@ -73,3 +73,45 @@ def test_compiled_graph_survives_release():
     torch.testing.assert_close(cf(a.to(DEV), b.to(DEV)).cpu(), f(a, b))
     runtime.release_executables(reason="test")
     torch.testing.assert_close(cf(a.to(DEV), b.to(DEV)).cpu(), f(a, b))
+
+
+@pytest.fixture
+def default_dtype():
+    old = torch.get_default_dtype()
+    yield
+    torch.set_default_dtype(old)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int64, torch.bool])
+def test_default_dtype_is_part_of_the_executable_key(dtype, default_dtype):
+    """An int/int true division computes in the default dtype: an executable cached
+    under float32 must not serve the same call under float64 (was: float32 results)."""
+    from helpers import assert_same
+    a = torch.tensor([3, 4, 7], dtype=dtype)
+    b = torch.tensor([2, 1, 2], dtype=dtype)
+    for dd in (torch.float32, torch.float64, torch.float32, torch.float64):
+        torch.set_default_dtype(dd)
+        assert_same(torch.div(a.to(DEV), b.to(DEV)), torch.div(a, b))
+        assert_same(a.to(DEV) / 2, a / 2)
+        assert_same(torch.sqrt(a.to(DEV)), torch.sqrt(a))
+        assert_same(torch.full((2,), 1.5, device=DEV), torch.full((2,), 1.5))
+        assert_same(torch.arange(3.0, device=DEV), torch.arange(3.0))
+
+
+def test_deterministic_mode_is_part_of_the_executable_key():
+    """The deterministic-algorithms flags are a part of every key (a cached executable
+    built outside the mode must not serve a call inside it, and back)."""
+    from torchneuron.dispatch.executable import global_state
+    det = torch.are_deterministic_algorithms_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    plain = global_state()
+    try:
+        torch.use_deterministic_algorithms(True)
+        inside = global_state()
+        torch.utils.deterministic.fill_uninitialized_memory = not fill
+        other_fill = global_state()
+    finally:
+        torch.use_deterministic_algorithms(det)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    assert len({plain, inside, other_fill}) == 3
+    assert global_state() == plain

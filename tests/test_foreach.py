@@ -350,3 +350,23 @@ def test_foreach_copy_converts_like_cpu():
 
     check(copy, [torch.zeros(4, dtype=torch.int8), torch.zeros(3, dtype=torch.int32)],
           [torch.tensor([300.5, -1.5, float("nan"), 1e10]), torch.tensor([3e9, -2.7, float("inf")])])
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("mul_bool_by_int", lambda xs: torch._foreach_mul_(xs, 3)),
+    ("add_int_by_float", lambda xs: torch._foreach_add_(xs, 1.5)),
+    ("div_int", lambda xs: torch._foreach_div_(xs, 2)),
+    ("sqrt_int", lambda xs: torch._foreach_sqrt_(xs)),
+    ("add_list_float_into_int", lambda xs: torch._foreach_add_(xs, [x.float() for x in xs])),
+])
+def test_inplace_cast_check_like_cpu(name, fn):
+    """An in-place foreach op whose result cannot be cast back into a self tensor raises
+    CPU's error (was: accepted; the cast check looked at the first result only)."""
+    for dt in (torch.bool, torch.int64):
+        xs = [torch.ones(3, dtype=torch.float32), torch.ones(2, dtype=dt)]
+        try:
+            fn([x.clone() for x in xs])
+        except RuntimeError:
+            check_raises(fn, xs)
+        else:
+            check(fn, xs)

@@ -613,3 +613,86 @@ def test_embedding_max_norm(norm_type, dtype):
         emb.weight.data.mul_(3)
         check(lambda w, i: F.embedding(i, w, max_norm=1.0).sum(0), emb.weight.detach().clone()
               .requires_grad_(), idx, grad=True, atol=1e-6, rtol=1e-6)
+
+
+def _warnings_and_result(fn, device):
+    import warnings
+    x = torch.arange(6.0).reshape(2, 3)[:1].to(device).expand(4, 3)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            fn(x, device)
+            out = x.cpu()
+        except RuntimeError as e:
+            out = str(e)
+    return out, sorted({str(m.message).split(" (Triggered internally")[0] for m in w})
+
+
+EXPANDED_WRITES = {
+    "index_put_": lambda x, d: x.index_put_((torch.tensor([1], device=d),),
+                                            torch.tensor(9.0, device=d)),
+    "setitem_index": lambda x, d: x.__setitem__(
+        (torch.tensor([1, 2], device=d), torch.tensor([2, 0], device=d)), 5.0),
+    "masked_fill_": lambda x, d: x.masked_fill_(torch.tensor([True, False, True], device=d), 2.0),
+    "setitem_mask": lambda x, d: x.__setitem__(torch.tensor([[True, False, True]] * 4, device=d),
+                                               7.0),
+    "index_fill_": lambda x, d: x.index_fill_(1, torch.tensor([0], device=d), -1.0),
+    "fill_": lambda x, d: x.fill_(3.0),
+    "zero_": lambda x, d: x.zero_(),
+    "add_": lambda x, d: x.add_(1.0),  # refused: TensorIterator's overlap error
+    "copy_": lambda x, d: x.copy_(torch.ones(4, 3, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPANDED_WRITES))
+def test_writes_into_expanded_tensors_like_cpu(name):
+    """CPU writes fill_/zero_ through an expanded (self-overlapping) tensor, index_put_,
+    masked_fill_ and index_fill_ with a deprecation warning, and refuses the others
+    (was: every write refused)."""
+    fn = EXPANDED_WRITES[name]
+    expected = _warnings_and_result(fn, "cpu")
+    actual = _warnings_and_result(fn, DEV)
+    assert actual[1] == expected[1]
+    if isinstance(expected[0], str):
+        assert actual[0] == expected[0]
+    else:
+        assert torch.equal(actual[0], expected[0])
+
+
+UINT8_MASK_ROWS = {
+    "get": lambda x, m, d: x[m],
+    "get_mask_and_int": lambda x, m, d: x[m, 1],
+    "set_tensor": lambda x, m, d: x.__setitem__(m, torch.ones(3, device=d)),
+    "set_scalar": lambda x, m, d: x.__setitem__(m, 1.0),  # CPU: masked_fill_ refuses
+    "index_put_scalar": lambda x, m, d: x.index_put_((m,), torch.tensor(2.0, device=d)),
+    "index_put_accumulate": lambda x, m, d: x.index_put_((m,), torch.tensor(2.0, device=d),
+                                                         accumulate=True),
+    "bool_control": lambda x, m, d: x[m.bool()],
+}
+
+
+@pytest.mark.parametrize("name", list(UINT8_MASK_ROWS))
+def test_uint8_masks_warn_and_refuse_like_cpu(name):
+    """A uint8 mask index warns 'indexing with dtype torch.uint8 is now deprecated' like
+    CPU's expandTensors (was: silent), and where CPU's index_put_ dispatches to
+    masked_fill_ (one mask, one value, no accumulate) it refuses the byte mask."""
+    import warnings
+
+    def run(d):
+        x = torch.arange(6.0).reshape(2, 3).to(d)
+        m = torch.tensor([1, 0], dtype=torch.uint8).to(d)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            try:
+                r = UINT8_MASK_ROWS[name](x, m, d)
+                out = (r if r is not None else x).cpu()
+            except RuntimeError as e:
+                out = str(e)
+        return out, [str(a.message).split(" (Triggered internally")[0] for a in w]
+
+    expected, got = run("cpu"), run(DEV)
+    assert got[1] == expected[1]
+    if isinstance(expected[0], str):
+        assert got[0] == expected[0]
+    else:
+        assert torch.equal(got[0], expected[0])

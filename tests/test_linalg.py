@@ -346,3 +346,26 @@ def test_householder_product_grad():
     check(torch.linalg.householder_product, a, tau, grad=True, atol=1e-8, rtol=1e-8)
     c = torch.randn(5, 2, dtype=torch.float64).requires_grad_()
     check(lambda a, t, c: torch.ormqr(a, t, c), a, tau, c, grad=True, atol=1e-8, rtol=1e-8)
+
+
+ONE_D_ROWS = {
+    "cholesky": torch.linalg.cholesky,
+    "cholesky_upper": lambda a: torch.linalg.cholesky(a, upper=True),
+    "cholesky_ex": torch.linalg.cholesky_ex,
+    "inv": torch.linalg.inv,
+    "eigh": torch.linalg.eigh,
+    "qr": torch.linalg.qr,
+    "svd": torch.linalg.svd,
+    "det": torch.linalg.det,
+    "slogdet": torch.linalg.slogdet,
+    "logdet": torch.logdet,
+    "solve": lambda a: torch.linalg.solve(a, a),
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_D_ROWS))
+def test_one_d_input_raises_cpu_error(name):
+    """A 1-D input raises CPU's RuntimeError ('linalg.cholesky: The input tensor A must
+    have at least 2 dimensions.'); the Python meta kernels assert (AssertionError) and
+    det's argument normalizer took .mT first."""
+    check_raises(ONE_D_ROWS[name], torch.ones(3), exact=True)

@@ -246,3 +246,55 @@ def test_parametrize_survives_to(target):
     assert_same(lin.weight.detach(), ref.weight.detach(), atol=1e-5, rtol=1e-5)
     w = lin.weight.detach().cpu()
     assert_same(w, w.t())
+
+
+LAZY = {
+    "LazyLinear": (lambda: torch.nn.LazyLinear(3), (2, 4)),
+    "LazyConv1d": (lambda: torch.nn.LazyConv1d(4, 3), (2, 3, 9)),
+    "LazyConvTranspose2d": (lambda: torch.nn.LazyConvTranspose2d(2, 3), (1, 3, 5, 5)),
+    "LazyBatchNorm1d": (lambda: torch.nn.LazyBatchNorm1d(), (4, 5)),  # buffers too
+    "Sequential": (lambda: torch.nn.Sequential(torch.nn.LazyConv2d(2, 3), torch.nn.Flatten(),
+                                               torch.nn.LazyLinear(2)), (1, 3, 6, 6)),
+}
+
+
+@pytest.mark.parametrize("name", list(LAZY))
+def test_lazy_modules_move_and_initialize_on_the_device(name):
+    """.to("neuron") moves uninitialized parameters and buffers (was: their `shape`
+    raised inside the copy kernel, and buffers failed as_subclass); the first forward
+    materializes them on the device with CPU's shapes and dtypes, the same seed gives the
+    same values, and with CPU's values the module computes what CPU computes."""
+    make, shape = LAZY[name]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    ref = make()
+    expected_first = ref(x)
+    inits = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        m = make().to(DEV)
+        assert all(p.device == DEV for p in m.parameters())
+        y = m(x.to(DEV))
+        assert y.device == DEV and y.shape == expected_first.shape
+        inits.append({k: v.cpu() for k, v in m.state_dict().items()})
+    cpu_sd = ref.state_dict()
+    assert inits[0].keys() == cpu_sd.keys()
+    for k, v in cpu_sd.items():
+        assert inits[0][k].shape == v.shape and inits[0][k].dtype == v.dtype, k
+        assert torch.equal(inits[0][k], inits[1][k]), k
+    m.load_state_dict(cpu_sd)
+    ref2 = make()
+    ref2(x)
+    ref2.load_state_dict(cpu_sd)
+    assert_same(m(x.to(DEV)), ref2(x), atol=1e-5, rtol=1e-5)
+
+
+def test_tensor_subclass_moves_to_the_device():
+    """A tensor subclass keeps its class through .to("neuron") (torch's __torch_function__
+    re-wraps the result with as_subclass, whose alias must not be a Python-made tensor)."""
+    class Tagged(torch.Tensor):
+        pass
+
+    t = torch.arange(4.0).as_subclass(Tagged)
+    d = t.to(DEV)
+    assert type(d) is Tagged and d.device == DEV
+    assert type(d + 1) is Tagged and torch.equal((d + 1).cpu(), (t + 1).as_subclass(torch.Tensor))

@@ -626,6 +626,33 @@ def test_unique_dim():
     check_raises(lambda x: torch.unique(x), torch.zeros(3, dtype=torch.complex64), exact=False)
 
 
+def test_unique_dim_with_nans_matches_cpu():
+    """unique(dim=...) with NaNs gives CPU's values, inverse and counts (CPU's std::sort
+    over a NaN-broken lexicographic order decides them: such inputs take the counted CPU
+    fallback); without NaNs it stays native."""
+    rows = [
+        [[1.0, NAN], [1.0, NAN], [0.0, 1.0]],
+        [[NAN, 1.0], [NAN, 1.0], [NAN, 0.0], [0.0, NAN], [0.0, 0.0]],
+        [[2.0, NAN, 1.0], [1.0, 0.0, 0.0], [2.0, NAN, 1.0], [NAN, NAN, NAN], [NAN, NAN, NAN],
+         [1.0, 0.0, 0.0]],
+    ]
+    def f(x):
+        return torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+
+    for r in rows:
+        x = torch.tensor(r)
+        check(f, x, native=False)
+        check(lambda x: torch.unique(x.t(), dim=1, return_inverse=True, return_counts=True),
+              x, native=False)
+        check(f, x.double(), native=False)
+    check(lambda x: torch.unique(x, dim=0), torch.tensor([NAN, 1.0, NAN, 0.0, 1.0]), native=False)
+    check(f, torch.tensor([[1.0, 2.0], [1.0, 2.0], [0.0, 5.0]]))  # no NaN: native
+    g = torch.Generator().manual_seed(0)
+    big = torch.randint(0, 3, (40, 2), generator=g).float()
+    big[torch.randint(0, 40, (9,), generator=g), 1] = NAN  # past std::sort's insertion cutoff
+    check(f, big, native=False)
+
+
 def test_deprecated_aminmax():
     x = rand((4, 5), torch.float32)
     check(lambda x: (torch.ops.aten._aminmax(x), torch.ops.aten._aminmax.dim(x, 1, True)), x)

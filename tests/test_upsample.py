@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import check, tol
+from helpers import DEV, check, check_or_raises, native_only, raises_like, tol
 
 
 def _r(shape, dtype=torch.float32, grad=False):
@@ -174,3 +174,33 @@ def test_grid_sample_noncontiguous_and_nonfinite():
         for pad in ("zeros", "border", "reflection"):
             check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=False),
                   _r((1, 2, 4, 4)), gn, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool],
+                         ids=str)
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear", "bilinear", "bicubic",
+                                  "trilinear"])
+def test_integer_dtypes_accepted_or_refused_like_cpu(mode, dtype):
+    """CPU's upsample kernels refuse most integer dtypes ('"compute_indices_weights_nearest"
+    not implemented for 'Short''; the meta kernels take them): the same dtypes work and
+    the same raise, with CPU's message (the kernel named depends on the layout)."""
+    nd = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}.get(mode)
+    for n in ([nd] if nd else [3, 4, 5]):
+        for c in (1, 3):
+            x = (torch.arange(c * 4 ** (n - 2)) % 3).reshape((1, c) + (4,) * (n - 2)).to(dtype)
+            xs = [x] + ([x.contiguous(memory_format=torch.channels_last)] if n == 4 else [])
+            def fn(t):
+                return F.interpolate(t, scale_factor=2, mode=mode)
+
+            for v in xs:
+                if mode.startswith("nearest"):
+                    check_or_raises(fn, v, exact=True)
+                    continue
+                try:  # uint8 (bi)linear values: CPU's integer AVX path rounds its own way
+                    expected = fn(v)
+                except NotImplementedError:
+                    raises_like(lambda v=v: fn(v), lambda v=v: fn(v.to(DEV)))
+                    continue
+                with native_only():
+                    got = fn(v.to(DEV))
+                assert got.shape == expected.shape and got.dtype == expected.dtype

@@ -147,6 +147,68 @@ def test_view_dtype_roundtrip(dtype):
     check(prog, torch.arange(8, dtype=torch.float32) + 0.5)
 
 
+BIT_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+              torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+              torch.complex128]
+
+
+def _bit_source(dtype):
+    """3 rows of 16 random bytes as `dtype`: denormals, NaN payloads, negative zeros and
+    infinities among them (bools only 0/1 bytes)."""
+    g = torch.Generator().manual_seed(13)
+    b = torch.randint(0, 256, (3, 16), generator=g, dtype=torch.uint8)
+    b[0, :8] = torch.tensor([1, 0, 0, 0, 0, 0, 0, 0], dtype=torch.uint8)  # tiny denormals
+    b[1, :4] = torch.tensor([1, 0, 0xC0, 0x7F], dtype=torch.uint8)  # a NaN with a payload
+    if dtype == torch.bool:
+        b = b & 1
+    return b.view(dtype)
+
+
+def _bits(t):
+    t = t.cpu()
+    if t.dtype == torch.bool:
+        return t
+    return t.view(torch.uint8)
+
+
+@pytest.mark.parametrize("dst", BIT_DTYPES, ids=str)
+@pytest.mark.parametrize("src", BIT_DTYPES, ids=str)
+def test_view_dtype_bits_exact(src, dst):
+    """view(dtype) reinterprets the bytes exactly for every pair of dtypes, also across
+    element sizes (was: complex pairing of ints, wrong lengths)."""
+    x = _bit_source(src)
+    expected = x.view(dst)
+    if dst == torch.bool:
+        expected = expected.view(torch.uint8) != 0
+    d = x.to(DEV)
+    got = d.view(dst)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert torch.equal(_bits(got), _bits(expected))
+    # a slice of the view and the view's view back to the source dtype
+    assert torch.equal(_bits(got[:, 1:]), _bits(expected[:, 1:]))
+    if src != torch.bool:
+        assert torch.equal(_bits(got.view(src)), _bits(x))
+
+
+def test_view_dtype_examples_match_cpu():
+    x = torch.arange(8, dtype=torch.int32)
+    assert torch.equal(x.to(DEV).view(torch.float64).cpu().view(torch.int64),
+                       x.view(torch.float64).view(torch.int64))
+    y = torch.arange(8, dtype=torch.float64)
+    assert torch.equal(y.to(DEV).view(torch.int32)[:4].cpu(), y.view(torch.int32)[:4])
+    assert torch.equal(y.to(DEV).view(torch.int32).cpu(), y.view(torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.float64, torch.complex64])
+def test_view_dtype_write_across_sizes(dtype):
+    def prog(x):
+        v = x.view(dtype)
+        v[1] = 3
+        return x.clone(), v.view(torch.uint8).clone()
+
+    check(prog, torch.arange(32, dtype=torch.int32).reshape(2, 16))
+
+
 def test_out_variant_writes_into_view():
     def prog(a, b, out):
         torch.add(a, b, out=out[1])

@@ -260,45 +260,48 @@ def _complex_part(dt):
             jnp.dtype(jnp.complex128): jnp.dtype(jnp.float64)}.get(jnp.dtype(dt))
 
 
-def _to_bytes(flat):
+def _plain(flat):
+    """A flat array as elements of a bitcastable (real, non-bool) dtype, bit for bit:
+    bools become uint8, complex values their (real, imag) pairs."""
     dt = flat.dtype
     if dt == jnp.bool_:
         return flat.astype(jnp.uint8)
-    part = _complex_part(dt)
-    if part is not None:
-        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
-        dt = part
-    if jnp.dtype(dt).itemsize == 1:
-        return lax.bitcast_convert_type(flat, jnp.uint8) if dt != jnp.uint8 else flat
-    return lax.bitcast_convert_type(flat, jnp.uint8).reshape(-1)
+    if _complex_part(dt) is not None:
+        return jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+    return flat
 
 
-def _from_bytes(b, dt):
-    dt = jnp.dtype(dt)
-    if dt == jnp.bool_:
-        return b.astype(jnp.bool_)
-    part = _complex_part(dt)
-    if part is not None:
-        f = _from_bytes(b, part).reshape(-1, 2)
-        return lax.complex(f[:, 0], f[:, 1])
-    if dt.itemsize == 1:
-        return lax.bitcast_convert_type(b, dt) if dt != jnp.uint8 else b
-    n = b.shape[0] // dt.itemsize
-    return lax.bitcast_convert_type(b[: n * dt.itemsize].reshape(n, dt.itemsize), dt)
-
-
-def reinterpret(flat, dt):
-    """The flat array's bytes as elements of dtype `dt` (view(dtype), view_as_real...)."""
-    dt = jnp.dtype(dt)
+def _bitcast_flat(flat, dt):
+    """lax.bitcast_convert_type between real dtypes of any sizes, flat in and out (a
+    trailing partial element is dropped).  Never arithmetic: XLA:CPU flushes denormals."""
     src = flat.dtype
     if src == dt:
         return flat
-    if (src.itemsize == dt.itemsize and src != jnp.bool_ and dt != jnp.bool_
-            and _complex_part(src) is None and _complex_part(dt) is None):
+    if src.itemsize == dt.itemsize:
         return lax.bitcast_convert_type(flat, dt)
-    if _complex_part(src) == dt:
-        return jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
-    if _complex_part(dt) == src:
-        f = flat.reshape(-1, 2)
+    if src.itemsize > dt.itemsize:  # each element splits into k
+        return lax.bitcast_convert_type(flat, dt).reshape(-1)
+    k = dt.itemsize // src.itemsize  # k elements make one
+    n = flat.shape[0] // k
+    if n * k != flat.shape[0]:
+        flat = lax.slice(flat, (0,), (n * k,))
+    return lax.bitcast_convert_type(flat.reshape(n, k), dt)
+
+
+def reinterpret(flat, dt):
+    """The flat array's bytes as elements of dtype `dt` (view(dtype), view_as_real...),
+    exact for every pair of dtypes (NaN payloads and denormals included)."""
+    dt = jnp.dtype(dt)
+    if flat.dtype == dt:
+        return flat
+    plain = _plain(flat)
+    if dt == jnp.bool_:
+        return _bitcast_flat(plain, jnp.dtype(jnp.uint8)).astype(jnp.bool_)
+    part = _complex_part(dt)
+    if part is not None:
+        f = _bitcast_flat(plain, part)
+        if f.shape[0] % 2:
+            f = lax.slice(f, (0,), (f.shape[0] - 1,))
+        f = f.reshape(-1, 2)
         return lax.complex(f[:, 0], f[:, 1])
-    return _from_bytes(_to_bytes(flat), dt)
+    return _bitcast_flat(plain, dt)

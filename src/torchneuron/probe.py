@@ -42,8 +42,15 @@ def _tensor_slots(op):
     slots = _slot_cache.get(op)
     if slots is None:
         slots = _slot_cache[op] = {a.name: i for i, a in enumerate(op._schema.arguments)
-                                   if isinstance(a.type, torch.TensorType)}
+                                   if _is_tensor_type(a.type)}
     return slots
+
+
+def _is_tensor_type(t):
+    """A `Tensor` or `Tensor?` argument (a 0-d value there is a tensor, not a number)."""
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, torch.TensorType)
 
 
 def _as_tensor_slot(v):

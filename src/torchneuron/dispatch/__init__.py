@@ -15,8 +15,8 @@ This module is the API the other layers use.
 """
 from __future__ import annotations
 
-from .entry import (Entry, cache_hits, cache_misses, check_cast, out_kernel,  # noqa: F401
-                    resize_output)
+from .entry import (OVERLAP_WRITES, Entry, cache_hits, cache_misses, check_cast,  # noqa: F401
+                    out_kernel, resize_output)
 from .fallback import (FallbackError, cpu_fallback, decomposition_stats,  # noqa: F401
                        fallback_policy, fallback_stats, reset_fallback_stats, run_on_cpu,
                        set_fallback_policy)

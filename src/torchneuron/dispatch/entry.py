@@ -20,7 +20,8 @@ import torch
 from .. import config, lowering, runtime, storage
 from ..numerics import scalar_type_name
 from . import meta as _meta
-from .executable import Walk, as_array, current_device, dense_strides, fill, layout, template
+from .executable import (Walk, as_array, current_device, dense_strides, fill, global_state,
+                         layout, template)
 from .meta import device_mismatch, translate_runtime_error
 from .plan import Arg, Const, New, Nothing, OutSpec, Seq, WriteTarget, assemble, resolve
 from .schema import TLIST, schema
@@ -29,7 +30,7 @@ Tensor = torch.Tensor
 aten = torch.ops.aten
 
 class Executable:
-    __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index")
+    __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index", "warn")
 
 
 cache_hits = collections.Counter()  # op name -> calls served by a cached executable
@@ -61,12 +62,15 @@ class Entry:
             kind_of = sch.kind_of
             toks.append(tuple((k, w.value(v, kind_of[k], k)) for k, v in kwargs.items()))
         toks.append(w.index)
+        toks.append(global_state())
         key = tuple(toks)
         exe = self.cache.get(key)
         if exe is None:
             exe = self.build(key, args, kwargs, w)
         else:
             cache_hits[self.name] += 1
+        if exe.warn:
+            warnings.warn(exe.warn, UserWarning, stacklevel=2)
         index = exe.index
         inputs = w.arrays
         if w.dyn:
@@ -147,15 +151,17 @@ class Entry:
 
         # which (slot, spec) each mutated argument writes
         write_targets = []
+        base_name = self.op._schema.name
+        overlap_ok = base_name in OVERLAP_WRITES
         if mode in ("inplace", "mutating"):
             for i in sch.mutated:
                 v = sch.arg(args, kwargs, i)
                 if isinstance(v, (list, tuple)):
-                    write_targets.append([write_target(x, w, spec_of) for x in v])
+                    write_targets.append([write_target(x, w, spec_of, overlap_ok) for x in v])
                 elif v is None:
                     write_targets.append(None)
                 else:
-                    write_targets.append(write_target(v, w, spec_of))
+                    write_targets.append(write_target(v, w, spec_of, overlap_ok))
         writes_slots = sorted({t.slot for grp in write_targets if grp is not None
                                for t in (grp if isinstance(grp, list) else [grp])})
         random = self.random
@@ -189,7 +195,9 @@ class Entry:
                     if grp is None or val is None:
                         continue
                     for tgt, v in (zip(grp, val) if isinstance(grp, list) else ((grp, val),)):
-                        slots[tgt.slot] = storage.write_view(
+                        write = storage.write_view_overlapping if tgt.overlap else \
+                            storage.write_view
+                        slots[tgt.slot] = write(
                             slots[tgt.slot], resolve(tgt.spec, offs),
                             storage.apply_flags(as_array(v), tgt.flags))
             return tuple(outs) + tuple(slots[s] for s in writes_slots)
@@ -202,6 +210,9 @@ class Entry:
         exe.out_bytes = sum(sp.nbytes for sp in out_specs)
         exe.random = random
         exe.index = index
+        overlapped = any(t.overlap for grp in write_targets if grp is not None
+                         for t in (grp if isinstance(grp, list) else [grp]))
+        exe.warn = OVERLAP_WRITES.get(base_name) if overlapped else None
         if len(self.cache) >= CACHE_MAX:
             self.cache.popitem(last=False)
         self.cache[key] = exe
@@ -212,14 +223,41 @@ def make_out(arr, sp, index):
     return storage.make_tensor(arr, sp[0], sp[1], sp[2], sp[3], index, sp.nbytes)
 
 
-def write_target(t, w, spec_of):
+def _expanded_warning(op, example):
+    return (f"Use of {op} on expanded tensors is deprecated. Please clone() the tensor before "
+            f"performing this operation. This also applies to advanced indexing e.g. {example}")
+
+
+# In-place ops whose CPU kernels write through a view with internal overlap (an expanded
+# tensor) instead of refusing it: fill_ and zero_ silently (every element gets the same
+# value), these with a deprecation warning (TensorAdvancedIndexing.cpp's TORCH_WARNs).
+OVERLAP_WRITES = {
+    "aten::fill_": None,
+    "aten::zero_": None,
+    "aten::index_put_": _expanded_warning("index_put_", "tensor[indices] = tensor"),
+    "aten::_index_put_impl_": _expanded_warning("index_put_", "tensor[indices] = tensor"),
+    "aten::masked_fill_": _expanded_warning("masked_fill_", "tensor[mask] = scalar"),
+    "aten::index_fill_": _expanded_warning("index_fill_", "tensor[mask] = scalar"),
+}
+
+
+def check_overlap(t, allowed=False) -> bool:
+    """Whether the written-to tensor `t` has internal overlap; raises TensorIterator's
+    error unless the op writes through overlap (`allowed`)."""
+    if not isinstance(t, Tensor) or torch._debug_has_internal_overlap(t) != 1:
+        return False
+    if allowed:
+        return True
+    raise RuntimeError(
+        "unsupported operation: more than one element of the written-to tensor refers to a "
+        "single memory location. Please clone() the tensor before performing the operation."
+    )
+
+
+def write_target(t, w, spec_of, overlap_ok=False):
     cell = storage.cell_of(t)
-    if torch._debug_has_internal_overlap(t) == 1:
-        raise RuntimeError(
-            "unsupported operation: more than one element of the written-to tensor refers to a "
-            "single memory location. Please clone() the tensor before performing the operation."
-        )
-    return WriteTarget(w.slots[id(cell)], spec_of[id(t)], storage.view_flags(t))
+    overlap = check_overlap(t, overlap_ok)
+    return WriteTarget(w.slots[id(cell)], spec_of[id(t)], storage.view_flags(t), overlap)
 
 
 def flatten_returns(meta, sch, mutating=False):
@@ -282,10 +320,71 @@ def check_inplace_cast(result, self_) -> None:
     """An in-place op computed through its functional form must be able to cast the
     result back into self (some releases' meta kernels for the in-place overload do not
     check: torch 2.11's div_ accepts an int64 self)."""
+    if isinstance(self_, (tuple, list)):  # a foreach op: every result into its self
+        if isinstance(result, (tuple, list)):
+            for r, t in zip(result, self_):
+                check_inplace_cast(r, t)
+        return
     if isinstance(result, (tuple, list)):
         result = result[0] if result else None
     if isinstance(result, Tensor) and isinstance(self_, Tensor):
         check_cast(result.dtype, self_.dtype)
+
+
+_OUT_DTYPE_WORDS = ("cast", "dtype", "type")
+_out_checked: dict = {}
+
+
+def _sig(v):
+    if isinstance(v, Tensor):
+        return (v.dtype, tuple(v.shape), v.device.type == "cpu" and v.dim() == 0)
+    if isinstance(v, (list, tuple)):
+        return tuple(_sig(x) for x in v)
+    if isinstance(v, (bool, int, float, complex)):
+        return type(v)
+    return v
+
+
+def check_out_dtypes(out_op, args, kwargs) -> bool:
+    """Raise what PyTorch's CPU out= kernel raises for these dtypes (each op's
+    TensorIterator decides: "result type X can't be cast to the desired output type Y",
+    "Found dtype X but expected Y", "Expected out tensor to have dtype ..."), found by
+    running it once per signature on small zero-filled CPU stand-ins.  Only dtype errors
+    count (zeros can make values fail: integer division).  False when the arguments are
+    too big for stand-ins (the caller then applies the can_cast rule)."""
+    try:
+        key = (out_op, tuple(_sig(a) for a in args),
+               tuple((k, _sig(v)) for k, v in kwargs.items()))
+        hash(key)
+    except TypeError:
+        key = None
+    err = _out_checked.get(key, 0) if key is not None else 0
+    if err == 0:
+        if _too_big(args) or _too_big(list(kwargs.values())):
+            return False
+        margs, mkwargs = _meta.to_meta(args, kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the stand-in out= resize warns
+            e = _meta.cpu_error(out_op, margs, mkwargs)
+        err = None
+        if e is not None and any(w in str(e) for w in _OUT_DTYPE_WORDS):
+            err = e
+        if key is not None:
+            if len(_out_checked) > 4096:
+                _out_checked.clear()
+            _out_checked[key] = err
+    if err is not None:
+        raise type(err)(str(err))
+    return True
+
+
+def _too_big(vs):
+    for v in vs:
+        if isinstance(v, Tensor) and v.numel() > _meta._CPU_ERROR_MAX_NUMEL:
+            return True
+        if isinstance(v, (list, tuple)) and _too_big(v):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- out= kernels
@@ -318,6 +417,7 @@ def out_kernel(out_op, func_op):
 
     def kernel(*args, **kwargs):
         outs = [kwargs[n] if n in kwargs else args[sch.names.index(n)] for n in out_names]
+        checked = check_out_dtypes(out_op, args, kwargs)
         fkw = {k: v for k, v in kwargs.items() if k in fnames}
         res = func_op(*args, **fkw)
         if list_out == [True]:
@@ -334,7 +434,8 @@ def out_kernel(out_op, func_op):
         for o, r in zip(outs, results):
             if o.device.type != "neuron":
                 raise device_mismatch("neuron:0", o.device)
-            check_cast(r.dtype, o.dtype)
+            if not checked:
+                check_cast(r.dtype, o.dtype)
             resize_output(o, r.shape)
             o.copy_(r)
         if sch.nreturns == 1:

@@ -32,6 +32,25 @@ def current_device() -> int:
     return device.current_device()
 
 
+_default_dtype = torch.get_default_dtype
+_deterministic = torch._C._get_deterministic_algorithms
+_warn_only = torch._C._get_deterministic_algorithms_warn_only
+_fill_uninit = torch._C._get_deterministic_fill_uninitialized_memory
+
+
+def global_state():
+    """The global state an executable's result depends on, a part of every cache key:
+    the default dtype (an int/int true division or a factory without dtype= computes in
+    it: the meta kernel reads it) and the deterministic-algorithms mode with its
+    warn-only and fill-uninitialized-memory flags (torch.empty fills NaN / max int, some
+    kernels refuse).  Autocast is not part of it: its kernels cast above the backend, so
+    an executable sees the cast dtypes in its arguments.  Neither is grad mode: kernels
+    run below autograd and no lowering or meta kernel reads it."""
+    if _deterministic():
+        return (_default_dtype(), True, _warn_only(), _fill_uninit())
+    return _default_dtype()
+
+
 class Walk:
     """One pass over an op's arguments: key tokens, executable inputs, cells."""
 

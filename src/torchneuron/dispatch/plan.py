@@ -59,11 +59,13 @@ class OutSpec(tuple):
 
 
 class WriteTarget(NamedTuple):
-    """A mutated argument: the input slot of its cell, its view spec, its lazy bits."""
+    """A mutated argument: the input slot of its cell, its view spec, its lazy bits, and
+    whether the view overlaps itself (an expanded tensor that fill_ / index_put_ write)."""
 
     slot: int
     spec: tuple
     flags: int
+    overlap: bool = False
 
 
 # ---------------------------------------------------------------- return plans

@@ -11,6 +11,7 @@ bounds-checked like the lowerings' ``bounds`` extra.
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -125,6 +126,14 @@ def _is_mask(t):
     return isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)
 
 
+def _warn_uint8_masks(indices):
+    """expandTensors' TORCH_WARN, once per uint8 mask of the call."""
+    for t in indices:
+        if t is not None and isinstance(t, torch.Tensor) and t.dtype == torch.uint8:
+            warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a "
+                          "dtype torch.bool instead.", UserWarning, stacklevel=3)
+
+
 def _check_index_dtypes(indices):
     for t in indices:
         if t is not None and (t.is_floating_point() or t.is_complex()):
@@ -204,6 +213,7 @@ def index_kernel(self, indices):
     _check_index_dtypes(indices)
     if any(_is_mask(t) for t in indices if t is not None):
         _mask_positions(self, indices)
+        _warn_uint8_masks(indices)
         if _single_leading_mask(indices):
             return _index_leading_mask(self, _to_device(indices[0], self))
         indices = _expand_masks(self, indices)
@@ -274,7 +284,16 @@ def _index_put_kernel(op, low_op, mode):
             fast = (len(masks) == 1 and sum(t is not None for t in indices) == 1
                     and masks[0].dim() > 0 and values.numel() == 1
                     and (values.device.type == "neuron" or values.dim() == 0))
+            if fast and not accumulate and masks[0].dtype == torch.uint8:
+                # CPU's canDispatchToMaskedFill takes a byte mask too; masked_fill_ refuses it
+                raise RuntimeError("masked_fill_ only supports boolean masks, but got mask "
+                                   "with dtype unsigned char")
+            _warn_uint8_masks(indices)
             if fast:  # x[mask] = v with one value: a masked fill, no sync
+                if mode == "inplace" and torch._debug_has_internal_overlap(self) == 1:
+                    # CPU's index_put_ warns before its masked_fill_ route warns again
+                    warnings.warn(dispatch.OVERLAP_WRITES["aten::index_put_"],
+                                  UserWarning, stacklevel=2)
                 return _masked_put(self, indices, values, accumulate, mode)
             indices = _expand_masks(self, indices)
         else:

@@ -26,19 +26,41 @@ def _strides_for(size, memory_format):
     return torch.empty(size, device="meta", memory_format=memory_format).stride()
 
 
+def _fill_deterministic() -> bool:
+    """torch.use_deterministic_algorithms(True) with
+    torch.utils.deterministic.fill_uninitialized_memory: new memory is NaN / max int."""
+    return (torch._C._get_deterministic_algorithms()
+            and torch._C._get_deterministic_fill_uninitialized_memory())
+
+
+def _fill_empty_deterministic(t: torch.Tensor) -> torch.Tensor:
+    """at::native::fill_empty_deterministic_: NaN for floating and complex dtypes (a
+    complex NaN is NaN+0j), the dtype's max for integers and True for bool."""
+    if t.numel():
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.fill_(True)
+        else:
+            t.fill_(torch.iinfo(t.dtype).max)
+    return t
+
+
 @kernel('empty.memory_format')
 def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None,
                         memory_format=None):
     dtype = dtype or torch.get_default_dtype()
     runtime.jdtype(dtype)
-    return storage.empty(size, dtype, _index_of(device), _strides_for(size, memory_format))
+    t = storage.empty(size, dtype, _index_of(device), _strides_for(size, memory_format))
+    return _fill_empty_deterministic(t) if _fill_deterministic() else t
 
 
 @kernel('empty_strided.default')
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = dtype or torch.get_default_dtype()
     runtime.jdtype(dtype)
-    return storage.empty(size, dtype, _index_of(device), stride)
+    t = storage.empty(size, dtype, _index_of(device), stride)
+    return _fill_empty_deterministic(t) if _fill_deterministic() else t
 
 
 # ---------------------------------------------------------------- views (CPU redispatch)
@@ -56,7 +78,7 @@ _VIEW_OPS = [
     aten.unfold.default, aten.view_as_real.default, aten.view_as_complex.default,
     aten.set_.source_Storage_storage_offset, aten.set_.source_Storage,
     aten.set_.source_Tensor, aten.as_strided_.default, aten.is_set_to.default,
-    aten._unsafe_view.default, aten.alias.default, aten.view.dtype,
+    aten._unsafe_view.default, aten.view.dtype,
 ]
 
 
@@ -72,6 +94,8 @@ def resize_(self, size, memory_format=None):
     size = tuple(int(s) for s in size)
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+    if size == tuple(self.shape) and memory_format in (None, torch.preserve_format):
+        return self  # resize_impl_cpu_: same sizes keep the strides (an expanded tensor too)
     if memory_format in (None, torch.preserve_format, torch.contiguous_format):
         strides = storage.contiguous_strides(size)
     else:
@@ -87,8 +111,21 @@ def resize_(self, size, memory_format=None):
         n = -(-need // itemsize)
         storage.check_room(self.device.index, n * itemsize - cell.nbytes)
         grown = _grow(old, n)
+        old_nbytes = st.nbytes()
         st = storage.new_storage(storage.Cell(grown, n * itemsize, self.device.index))
+        if _fill_deterministic():
+            _fill_resize_deterministic(self, st, old_nbytes)
     return storage.set_metadata(self, st, offset, size, strides)
+
+
+def _fill_resize_deterministic(t, st, old_nbytes):
+    """at::native::fill_resize_deterministic_: the storage's elements past the old size."""
+    itemsize = t.element_size()
+    old_numel, new_numel = old_nbytes // itemsize, st.nbytes() // itemsize
+    if new_numel > old_numel:
+        tail = storage.new_shell(t.device.index, t.dtype)
+        storage.set_metadata(tail, st, old_numel, (new_numel - old_numel,), (1,))
+        _fill_empty_deterministic(tail)
 
 
 def _grow(arr, n):
@@ -188,6 +225,8 @@ _to_copy_entry = dispatch.entry_for(aten._to_copy.default)
 @kernel('_to_copy.default')
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
+    if type(self) is not torch.Tensor:
+        self = _plain(self)
     target = device if device is not None else self.device
     if isinstance(target, str):
         target = torch.device(target)
@@ -231,6 +270,14 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         assign(out, _upload(src, idx))
         return out
     return storage.to_neuron(src, idx)
+
+
+def _plain(t):
+    """A plain-Tensor alias of a Tensor subclass: a kernel sees the TensorImpl, not the
+    subclass's Python overrides (UninitializedParameter's `shape` raises; lazy modules'
+    `.to("neuron")` moves those empty placeholders)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return torch.Tensor._make_subclass(torch.Tensor, t)
 
 
 @kernel('_copy_from.default')

@@ -168,11 +168,23 @@ def _unique_impl(self, dim, sort, return_inverse, return_counts, name):
                 srt, perm = r, lax.iota(jnp.int64, r.shape[0])
             diff = jnp.any(srt[1:] != srt[:-1], axis=1)
             is_new = jnp.concatenate([jnp.ones((1,), bool), diff])
-            return srt, perm, is_new, jnp.sum(is_new.astype(jnp.int64))
+            cnt = jnp.sum(is_new.astype(jnp.int64))
+            if nan_fallback:  # the count and the NaN flag come back in one read
+                cnt = jnp.stack([cnt, jnp.any(jnp.isnan(r)).astype(jnp.int64)])
+            return srt, perm, is_new, cnt
         return fn
 
-    srt, perm, is_new, cnt = _k_jit(("uq_a", specs, sig, dim, sort), build_a)(*arrs)
-    count = int(np.asarray(cnt))
+    # unique_dim sorts slices with std::sort and a lexicographic `<` that NaN breaks (not
+    # a strict weak order), then merges neighbours with at::equal: with NaNs the result
+    # is whatever libstdc++'s introsort does with that comparator, so such inputs run on
+    # CPU's kernel (the fallback: counted, policy-controlled)
+    nan_fallback = sort and dim is not None and (self.is_floating_point())
+    srt, perm, is_new, cnt = _k_jit(("uq_a", specs, sig, dim, sort, nan_fallback), build_a)(*arrs)
+    cnt = np.asarray(cnt)
+    if nan_fallback and int(cnt[1]):
+        return dispatch.cpu_fallback(aten.unique_dim.default, self, dim, True, return_inverse,
+                                     return_counts)
+    count = int(cnt[0]) if nan_fallback else int(cnt)
     n = srt.shape[0]
 
     def build_b():

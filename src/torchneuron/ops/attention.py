@@ -134,6 +134,12 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
     S = k.shape[2]
     s = _scores(q5, k, attn_bias, is_causal, scale, acc, tuple(query.shape))
     p, _ = _softmax(s)
+    if grad_out is None:
+        # an undefined incoming gradient (autograd passes one when no gradient reaches
+        # the attention output, e.g. gradcheck's vjp of another output): CPU's and
+        # CUDA's fused backward kernels return undefined gradients there; zeros are the
+        # same to every consumer and keep the meta kernel's result structure
+        grad_out = jnp.zeros(tuple(query.shape[:-1]) + (value.shape[-1],), dt)
     go = cast(grad_out, dt).reshape(B, Hk, G, L, -1)
     # dV = P^T dO (summed over the query heads sharing a kv head)
     gv = _dot(cast(p, dt), go, ((2, 3), (2, 3)), ((0, 1), (0, 1)), acc)  # (B, Hk, S, Dv)

@@ -202,10 +202,146 @@ def _ipow(a, b):
     return jnp.where(b < 0, neg_res, res)
 
 
+# ---------------------------------------------------------------- complex pow
+# CPU's complex pow is std::pow(complex, complex) (c10/util/complex_math.h), which
+# libstdc++ hands to glibc's cpow: cexp(y * clog(x)), with C99 Annex G multiplication
+# and glibc's special cases (0 ** y is cexp(y * (-inf + i arg)): 0 for Re y > 0, NaN
+# for 0 ** 0).  complex64 follows cpowf, whose clogf/cexpf/sincosf are accurate float
+# routines: each step is computed in float64 and rounded to float32, the products in
+# float32.
+def _clog_real(re, im, part):
+    """glibc's clog real part (s_clog_template.c): log1p forms near |x| = 1, else
+    log(hypot); the branch tests and the cheap arithmetic in the part's precision."""
+    hi = jnp.float64
+    fi = jnp.finfo(part)
+    ax, ay = jnp.abs(re), jnp.abs(im)
+    absx, absy = jnp.maximum(ax, ay), jnp.minimum(ax, ay)
+    unscaled = ~(absx > fi.max / 2) & ~((absx < fi.tiny) & (absy < fi.tiny))
+    one = jnp.ones_like(absx)
+    b1 = unscaled & (absx == 1)
+    b2 = unscaled & ~b1 & (absx > 1) & (absx < 2) & (absy < 1)
+    b3 = unscaled & ~b1 & ~b2 & (absx < 1) & (absx >= 0.5) & (absy < fi.eps / 2)
+    b4 = (unscaled & ~b1 & ~b2 & ~b3 & (absx < 1) & (absx >= 0.5)
+          & (absx * absx + absy * absy >= 0.5))
+    dm = (absx - one) * (absx + one)
+    d2 = jnp.where(absy >= fi.eps, dm + absy * absy, dm)
+    xh, yh = absx.astype(hi), absy.astype(hi)
+    d4 = ((xh - 1) * (xh + 1) + yh * yh).astype(part)
+    d2m1 = jnp.where(b1, absy * absy, jnp.where(b2, d2, jnp.where(b3, dm, d4)))
+    near = b1 | b2 | b3 | b4
+    l1p = jnp.log1p(jnp.where(near, d2m1, 0).astype(hi)).astype(part) / 2
+    general = jnp.log(jnp.hypot(re.astype(hi), im.astype(hi))).astype(part)
+    return jnp.where(near, l1p, general)
+
+
+def _clog(x, part):
+    re, im = jnp.real(x), jnp.imag(x)
+    hi = jnp.float64
+    r64, i64 = re.astype(hi), im.astype(hi)
+    real = _clog_real(re, im, part)
+    imag = jnp.arctan2(i64, r64).astype(part)
+    zero = (re == 0) & (im == 0)
+    nan_in = jnp.isnan(re) | jnp.isnan(im)
+    inf_in = jnp.isinf(re) | jnp.isinf(im)
+    pi = jnp.asarray(math.pi, part)
+    zimag = jnp.copysign(jnp.where(jnp.signbit(re), pi, jnp.zeros_like(pi)), im)
+    inf = jnp.asarray(jnp.inf, part)
+    nan = jnp.asarray(jnp.nan, part)
+    real = jnp.where(zero, -inf, jnp.where(nan_in, jnp.where(inf_in, inf, nan), real))
+    imag = jnp.where(zero, zimag, jnp.where(nan_in, nan, imag))
+    return real, imag
+
+
+def _annex_g_mul(a, b, c, d):
+    """(a + bi)(c + di) like libgcc's __mulsc3/__muldc3 (infinities recovered from NaN)."""
+    ac, bd, ad, bc = a * c, b * d, a * d, b * c
+    x, y = ac - bd, ad + bc
+    both_nan = jnp.isnan(x) & jnp.isnan(y)
+    one, zero = jnp.ones_like(a), jnp.zeros_like(a)
+
+    def box(v):  # an infinite part -> +-1, a finite one -> +-0
+        return jnp.copysign(jnp.where(jnp.isinf(v), one, zero), v)
+
+    def nan0(v):
+        return jnp.where(jnp.isnan(v), jnp.copysign(zero, v), v)
+
+    ab_inf = jnp.isinf(a) | jnp.isinf(b)
+    a1, b1 = jnp.where(ab_inf, box(a), a), jnp.where(ab_inf, box(b), b)
+    c1, d1 = jnp.where(ab_inf, nan0(c), c), jnp.where(ab_inf, nan0(d), d)
+    cd_inf = jnp.isinf(c1) | jnp.isinf(d1)
+    c2, d2 = jnp.where(cd_inf, box(c1), c1), jnp.where(cd_inf, box(d1), d1)
+    a2, b2 = jnp.where(cd_inf, nan0(a1), a1), jnp.where(cd_inf, nan0(b1), b1)
+    recalc = ab_inf | cd_inf
+    prod_inf = ~recalc & (jnp.isinf(ac) | jnp.isinf(bd) | jnp.isinf(ad) | jnp.isinf(bc))
+    a3, b3 = jnp.where(prod_inf, nan0(a2), a2), jnp.where(prod_inf, nan0(b2), b2)
+    c3, d3 = jnp.where(prod_inf, nan0(c2), c2), jnp.where(prod_inf, nan0(d2), d2)
+    recalc = recalc | prod_inf
+    inf = jnp.asarray(jnp.inf, a.dtype)
+    xr = inf * (a3 * c3 - b3 * d3)
+    yr = inf * (a3 * d3 + b3 * c3)
+    use = both_nan & recalc
+    return jnp.where(use, xr, x), jnp.where(use, yr, y)
+
+
+def _cexp(re, im, part):
+    """glibc's cexp (s_cexp_template.c), special cases and overflow scaling included."""
+    hi = jnp.float64
+    single = part == jnp.float32
+    t = 88 if single else 709
+    tiny = jnp.finfo(part).tiny
+    big = jnp.finfo(part).max
+    rnd = (lambda v: v.astype(part)) if single else (lambda v: v)
+    i64 = im.astype(hi)
+    small_im = ~(jnp.abs(im) > tiny)
+    sin = jnp.where(small_im, im, rnd(jnp.sin(i64)))
+    cos = jnp.where(small_im, jnp.ones_like(im), rnd(jnp.cos(i64)))
+    exp_t = jnp.asarray(math.exp(t), hi).astype(part)
+    r = re
+    s1 = r > t
+    sin, cos = jnp.where(s1, sin * exp_t, sin), jnp.where(s1, cos * exp_t, cos)
+    r = jnp.where(s1, r - t, r)
+    s2 = r > t
+    sin, cos = jnp.where(s2, sin * exp_t, sin), jnp.where(s2, cos * exp_t, cos)
+    r = jnp.where(s2, r - t, r)
+    over = r > t
+    ev = rnd(jnp.exp(r.astype(hi)))
+    fin_re = jnp.where(over, big * cos, ev * cos)
+    fin_im = jnp.where(over, big * sin, ev * sin)
+    nan = jnp.full_like(re, jnp.nan)
+    zero = jnp.zeros_like(re)
+    inf = jnp.full_like(re, jnp.inf)
+    re_fin, im_fin = jnp.isfinite(re), jnp.isfinite(im)
+    # real part infinite
+    value = jnp.where(jnp.signbit(re), zero, inf)
+    sin_full, cos_full = rnd(jnp.sin(i64)), rnd(jnp.cos(i64))
+    inf_fin_re = jnp.where(im == 0, value, jnp.copysign(value, cos_full))
+    inf_fin_im = jnp.where(im == 0, im, jnp.copysign(value, sin_full))
+    inf_re = jnp.where(im_fin, inf_fin_re, jnp.where(jnp.signbit(re), zero, inf))
+    inf_im = jnp.where(im_fin, inf_fin_im,
+                       jnp.where(jnp.signbit(re), jnp.copysign(zero, im), im - im))
+    out_re = jnp.where(re_fin, jnp.where(im_fin, fin_re, nan),
+                       jnp.where(jnp.isinf(re), inf_re, nan))
+    out_im = jnp.where(re_fin, jnp.where(im_fin, fin_im, nan),
+                       jnp.where(jnp.isinf(re), inf_im, jnp.where(im == 0, im, nan)))
+    return out_re, out_im
+
+
+def _cpow(x, y):
+    """glibc cpow(x, y) = cexp(y * clog(x)) (see above)."""
+    part = jnp.float32 if x.dtype == jnp.complex64 else jnp.float64
+    x, y = jnp.broadcast_arrays(x, y)
+    lr, li = _clog(x, part)
+    er, ei = _annex_g_mul(jnp.real(y), jnp.imag(y), lr, li)
+    re, im = _cexp(er, ei, part)
+    return lax.complex(re, im)
+
+
 def _pow(x, y):
     if _is_int(x.dtype) or x.dtype == jnp.bool_:
         return _ipow(x, y)
     x, y = upcast(x, y)
+    if is_complex(x.dtype):
+        return _cpow(x, cast(y, x.dtype))
     return jnp.power(x, y)
 
 
@@ -242,6 +378,8 @@ def pow_ts(x, exponent):
             return jnp.sqrt(x)
         if e == -0.5 and not is_complex(x.dtype) and dt != jnp.float16:
             return lax.rsqrt(x)
+    if is_complex(x.dtype):
+        return _cpow(x, cast(jnp.asarray(e), x.dtype))
     return jnp.power(x, cast(jnp.asarray(e), x.dtype))
 
 

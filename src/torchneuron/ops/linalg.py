@@ -327,7 +327,8 @@ def _perm_sign(piv, dt):
 # _linalg_det/_linalg_slogdet on CPU factor A^T when A is contiguous and real (det is
 # the same) and their backward formulas solve with the LU accordingly: do the same.
 def _transpose_contiguous_real(A):
-    if A.is_contiguous() and not A.is_complex():
+    # (fewer than 2 dims: left for the meta kernel to refuse with CPU's message)
+    if A.dim() >= 2 and A.is_contiguous() and not A.is_complex():
         A = A.mT
     return (A,), {}
 

@@ -18,4 +18,4 @@ from .transfer import (cells_of, device_fn, dyn_scalar, host_storage_to_device, 
                        to_device_array, to_host,
                        to_neuron, typed_scalar, view_values)
 from .views import (apply_flags, perm_plan, read_view, reinterpret, view_flags,  # noqa: F401
-                    view_spec, write_view)
+                    view_spec, write_view, write_view_overlapping)

@@ -163,3 +163,30 @@ def write_view(flat, spec, values):
     if cell_dt != jd:
         new = reinterpret(new, cell_dt)
     return new
+
+
+def write_view_overlapping(flat, spec, values):
+    """Trace: write_view for a view with internal overlap (stride 0: fill_, index_put_ or
+    masked_fill_ on an expanded tensor).  CPU's kernels loop over the view and store, so
+    a memory location ends with the value of the last view element written to it; here
+    an element writes when its value changes, and the last such element (in the view's
+    row-major order) wins for each location."""
+    dtype, shape, strides, offset = spec
+    jd = jdtype(dtype)
+    cell_dt = flat.dtype
+    view_flat = flat if cell_dt == jd else reinterpret(flat, jd)
+    numel = math.prod(shape)
+    if numel == 0:
+        return flat
+    old = read_view(view_flat, (dtype, shape, strides, offset)).reshape(-1)
+    vals = jnp.broadcast_to(values.astype(jd), shape).reshape(-1)
+    changed = vals != old
+    if jnp.issubdtype(jd, jnp.inexact):
+        changed = changed & ~(jnp.isnan(vals) & jnp.isnan(old))
+    idx = _index_array(shape, strides, offset).reshape(-1)
+    pos = jnp.where(changed, jnp.arange(numel, dtype=jnp.int64), -1)
+    winner = jnp.full(view_flat.shape, -1, jnp.int64).at[idx].max(pos)
+    new = jnp.where(winner >= 0, vals[jnp.clip(winner, 0)], view_flat)
+    if cell_dt != jd:
+        new = reinterpret(new, cell_dt)
+    return new
