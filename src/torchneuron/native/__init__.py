@@ -61,11 +61,21 @@ def _torch_paths():
     return root / "include", root / "lib"
 
 
+def _std() -> str:
+    """The C++ standard torch's headers need: C++20 from torch 2.14 (operator<=>,
+    std::bit_width, string_view::starts_with), C++17 before."""
+    import torch
+
+    major_minor = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return "-std=c++20" if major_minor >= (2, 14) else "-std=c++17"
+
+
 def _tag(cxx: str) -> str:
     import torch
 
     h = hashlib.sha256()
     h.update(_SRC.read_bytes())
+    h.update(_std().encode())  # a build with other flags is another library
     h.update(f"{torch.__version__}|{torch.version.git_version}|{torch.__file__}|{cxx}|"
              f"{sys.platform}".encode())
     return h.hexdigest()[:16]
@@ -78,10 +88,7 @@ def _build(cxx: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".so", dir=out.parent)
     os.close(fd)
-    # torch 2.15's headers use C++20 (std::bit_width, string_view::starts_with)
-    major_minor = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-    std = "-std=c++20" if major_minor >= (2, 15) else "-std=c++17"
-    cmd = [cxx, "-O2", "-shared", "-fPIC", std, "-w", str(_SRC), "-o", tmp,
+    cmd = [cxx, "-O2", "-shared", "-fPIC", _std(), "-w", str(_SRC), "-o", tmp,
            f"-I{inc}", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
     try:

@@ -55,15 +55,17 @@ def _scalar_tensor_check(s, *, dtype=None, **kwargs):
     _check_fill_value(s, dtype or torch.get_default_dtype(), 1)
 
 
+_TORCH_214 = torch.torch_version.TorchVersion(torch.__version__) >= (2, 14)
 _TORCH_215 = torch.torch_version.TorchVersion(torch.__version__) >= (2, 15)
 
 
 def _arange_check(*args, dtype=None, **kwargs):
     """int64 truncates the arguments before the length is computed; a step that truncates
     to 0 is refused like torch 2.13's CPU does (torch 2.11's meta kernel divides by it;
-    its CPU kernel dies of SIGFPE).  torch 2.15's CPU takes the length from the untruncated
-    step and fills start + 0 * i: so does the device there (the meta kernel's length)."""
-    if _TORCH_215:
+    its CPU kernel dies of SIGFPE).  From torch 2.14 the CPU takes the length from the
+    untruncated step and fills start + 0 * i: so does the device there (the meta kernel's
+    length)."""
+    if _TORCH_214:
         return
     start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
     vals = [v.item() if isinstance(v, torch.Tensor) else v for v in (start, end, step)]
