@@ -59,30 +59,33 @@ def _no_orphans(out):
     assert r.stdout.strip() == "", f"worker processes left behind: {r.stdout}"
 
 
+def launch(nproc, names, out, timeout=600, env=None):
+    """torchrun, then a check that no worker outlived it."""
+    res = torchrun(nproc, names, out, timeout=timeout, env=env)
+    _no_orphans(out)
+    return res
+
+
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist2")
     dcp = tmp_path_factory.mktemp("dcp")
-    rc, took, text, ranks = torchrun(2, TWO, out, env={"TN_DCP_DIR": str(dcp)})
-    _no_orphans(out)
+    rc, _, text, ranks = launch(2, TWO, tmp_path_factory.mktemp("dist2"),
+                                env={"TN_DCP_DIR": str(dcp)})
     return rc, text, ranks, dcp
 
 
 @pytest.fixture(scope="module")
 def four(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist4")
-    rc, took, text, ranks = torchrun(4, FOUR, out, env={"TN_INIT_BACKEND": "neuron",
-                                                        "TN_DEVICE_ID": "1"})
-    _no_orphans(out)
+    rc, _, text, ranks = launch(4, FOUR, tmp_path_factory.mktemp("dist4"),
+                                env={"TN_INIT_BACKEND": "neuron", "TN_DEVICE_ID": "1"})
     return rc, text, ranks
 
 
 @pytest.fixture(scope="module")
 def xla(tmp_path_factory):
-    out = tmp_path_factory.mktemp("distxla")
-    rc, took, text, ranks = torchrun(2, XLA, out, env={"TORCHNEURON_COLLECTIVES": "xla",
-                                                       "TN_INIT_BACKEND": "cpu:gloo,neuron:neuron"})
-    _no_orphans(out)
+    rc, _, text, ranks = launch(2, XLA, tmp_path_factory.mktemp("distxla"),
+                                env={"TORCHNEURON_COLLECTIVES": "xla",
+                                     "TN_INIT_BACKEND": "cpu:gloo,neuron:neuron"})
     return rc, text, ranks
 
 
@@ -169,17 +172,15 @@ def test_checkpoint_loads_in_another_world_size(two):
 def test_timeout_fails_clearly(tmp_path):
     """A rank that never joins makes the other's collective raise with the group's
     timeout (3 s), not hang; every process exits."""
-    rc, took, text, ranks = torchrun(2, ["timeout_fault"], tmp_path, timeout=180)
-    _no_orphans(tmp_path)
+    rc, took, text, ranks = launch(2, ["timeout_fault"], tmp_path, timeout=180)
     ok, detail = ranks[0]["timeout_fault"]
     assert ok, detail
     assert "Timed out" in detail or "timeout" in detail.lower(), detail
 
 
 def test_mismatch_raises_in_detail_mode(tmp_path):
-    rc, took, text, ranks = torchrun(2, ["mismatch_detected"], tmp_path, timeout=300,
-                                     env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
-    _no_orphans(tmp_path)
+    rc, took, text, ranks = launch(2, ["mismatch_detected"], tmp_path, timeout=300,
+                                   env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
     for r in (0, 1):
         assert r in ranks, text[-3000:]
         ok, detail = ranks[r]["mismatch_detected"]
@@ -188,9 +189,8 @@ def test_mismatch_raises_in_detail_mode(tmp_path):
 
 def test_dead_rank_fails_the_job(tmp_path):
     """A rank that dies mid-job: torchrun stops the others and fails, within the timeout."""
-    rc, took, text, ranks = torchrun(2, ["rank_dies"], tmp_path, timeout=180,
-                                     env={"TN_PG_TIMEOUT": "20"})
-    _no_orphans(tmp_path)
+    rc, took, text, ranks = launch(2, ["rank_dies"], tmp_path, timeout=180,
+                                   env={"TN_PG_TIMEOUT": "20"})
     assert rc != 0, text[-3000:]
     assert took < 150, f"the job took {took:.0f} s to fail"
     if 0 in ranks and "rank_dies" in ranks[0]:

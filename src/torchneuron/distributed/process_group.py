@@ -281,6 +281,18 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 for t in tensors:
                     t.div_(v) if kind == "div" else t.mul_(v)
 
+    def _paired(self, wholes, parts):
+        """Each whole (an all-gather's output, a reduce-scatter's input) holds world-size
+        times its part's elements, in its part's dtype."""
+        return all(a.dtype == b.dtype and a.numel() == b.numel() * self.size()
+                   for a, b in zip(wholes, parts))
+
+    def _check_paired(self, what, wholes, parts):
+        for a, b in zip(wholes, parts):
+            if a.numel() != b.numel() * self.size():
+                raise ValueError(f"{what}: a tensor of {a.numel()} elements cannot hold "
+                                 f"{self.size()} of {b.numel()}")
+
     @staticmethod
     def _check_one_dtype(tensors, what):
         dtypes = {t.dtype for t in tensors}
@@ -323,7 +335,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------------------------- the XLA engine
     def _xla_ok(self, tensors, op=None):
-        if not self._xla or not all(xla_engine.whole_cell(t) is not None for t in tensors):
+        if not self._xla or not all(storage.whole_cell(t) is not None for t in tensors):
             return None
         if op is None:
             return "copy"
@@ -405,8 +417,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
-        if (self._xla_ok([output, input]) is not None and output.dtype == input.dtype
-                and output.numel() == input.numel() * self.size()):
+        if self._xla_ok([output, input]) is not None and self._paired([output], [input]):
             xla_engine.all_gather(output, input)
             return _done_work([output])
         if not self._check_device([output, input]):
@@ -419,21 +430,15 @@ class NeuronProcessGroup(dist.ProcessGroup):
         inputs (gloo has no coalesced form)."""
         opts = opts if opts is not None else dist.AllgatherOptions()
         outs, ins = list(outputs), list(inputs)
-        if self._xla_ok(outs + ins) is not None and all(
-                o.dtype == i.dtype and o.numel() == i.numel() * self.size()
-                for o, i in zip(outs, ins)):
+        if self._xla_ok(outs + ins) is not None and self._paired(outs, ins):
             for o, i in zip(outs, ins):
                 xla_engine.all_gather(o, i)
             return _done_work(outs)
         self._check_device(outs + ins)
         self._check_one_dtype(outs + ins, "allgather_into_tensor_coalesced")
+        self._check_paired("allgather_into_tensor_coalesced", outs, ins)
         w = self.size()
         sizes = [t.numel() for t in ins]
-        for o, n in zip(outs, sizes):
-            if o.numel() != n * w:
-                raise ValueError(
-                    f"allgather_into_tensor_coalesced: output of {o.numel()} elements for an "
-                    f"input of {n} in a group of {w}")
         send = torch.cat([t.detach().reshape(-1).to("cpu") for t in ins]) if ins else \
             torch.empty(0)
         recv = torch.empty(w * send.numel(), dtype=send.dtype)
@@ -484,8 +489,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         kind = self._xla_ok([output, input], opts.reduceOp)
-        if (kind in ("psum", "pmean") and output.dtype == input.dtype
-                and input.numel() == output.numel() * self.size()):
+        if kind in ("psum", "pmean") and self._paired([input], [output]):
             xla_engine.reduce_scatter(output, input, kind)
             return _done_work([output])
         opts, div = self._sum_for_avg(opts)
@@ -504,9 +508,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         outs, ins = list(outputs), list(inputs)
         kind = self._xla_ok(outs + ins, opts.reduceOp)
-        if kind in ("psum", "pmean") and all(
-                o.dtype == i.dtype and i.numel() == o.numel() * self.size()
-                for o, i in zip(outs, ins)):
+        if kind in ("psum", "pmean") and self._paired(ins, outs):
             for o, i in zip(outs, ins):
                 xla_engine.reduce_scatter(o, i, kind)
             return _done_work(outs)
@@ -514,13 +516,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._check_avg(outs, div)
         self._check_device(outs + ins)
         self._check_one_dtype(outs + ins, "reduce_scatter_tensor_coalesced")
+        self._check_paired("reduce_scatter_tensor_coalesced", ins, outs)
         w = self.size()
         sizes = [t.numel() for t in outs]
-        for i, n in zip(ins, sizes):
-            if i.numel() != n * w:
-                raise ValueError(
-                    f"reduce_scatter_tensor_coalesced: input of {i.numel()} elements for an "
-                    f"output of {n} in a group of {w}")
         send = torch.cat([t.detach().reshape(w, -1).to("cpu") for t in ins], dim=1) \
             .reshape(-1) if ins else torch.empty(0)
         recv = torch.empty(send.numel() // max(w, 1), dtype=send.dtype)

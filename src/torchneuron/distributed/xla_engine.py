@@ -46,17 +46,6 @@ def _get_mesh():
     return _mesh
 
 
-def whole_cell(t: torch.Tensor):
-    if not isinstance(t, torch.Tensor) or t.device.type != "neuron":
-        return None
-    if t.storage_offset() or not t.is_contiguous() or t.is_conj() or t.is_neg():
-        return None
-    cell = storage.cell_of(t)
-    if cell.numel != t.numel() or cell.dt != runtime.jdtype(t.dtype):
-        return None
-    return cell
-
-
 _REDUCE = {ReduceOp.SUM: "psum", ReduceOp.MAX: "pmax", ReduceOp.MIN: "pmin",
            ReduceOp.AVG: "pmean"}
 
@@ -99,7 +88,7 @@ def _run(key, body, cell, n_out):
 
 
 def all_reduce(t: torch.Tensor, kind: str) -> None:
-    cell = whole_cell(t)
+    cell = storage.whole_cell(t)
     from jax import lax
 
     fn = {"psum": lax.psum, "pmax": lax.pmax, "pmin": lax.pmin, "pmean": lax.pmean}[kind]
@@ -110,7 +99,7 @@ def all_reduce(t: torch.Tensor, kind: str) -> None:
 def all_gather(out: torch.Tensor, inp: torch.Tensor) -> None:
     from jax import lax
 
-    src, dst = whole_cell(inp), whole_cell(out)
+    src, dst = storage.whole_cell(inp), storage.whole_cell(out)
     key = ("all_gather", src.numel, src.dt)
     dst.arr = _run(key, lambda a: lax.all_gather(a, "x", tiled=True), src, dst.numel)
 
@@ -118,7 +107,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor) -> None:
 def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, kind: str) -> None:
     from jax import lax
 
-    src, dst = whole_cell(inp), whole_cell(out)
+    src, dst = storage.whole_cell(inp), storage.whole_cell(out)
     w = _get_mesh().devices.size
     if kind == "psum":
         body = lambda a: lax.psum_scatter(a, "x", tiled=True)  # noqa: E731
@@ -133,7 +122,7 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, kind: str) -> None:
 def broadcast(t: torch.Tensor, src_rank: int) -> None:
     from jax import lax
 
-    cell = whole_cell(t)
+    cell = storage.whole_cell(t)
     n = cell.numel
     key = ("broadcast", src_rank, n, cell.dt)
     cell.arr = _run(key, lambda a: lax.all_gather(a, "x", tiled=True)[src_rank * n:(src_rank + 1) * n],

@@ -311,16 +311,11 @@ def from_array(arr, index: int, dtype: torch.dtype | None = None) -> torch.Tenso
 
 def cell_of(t: torch.Tensor) -> Cell:
     """The device buffer behind a neuron tensor's storage."""
-    st = t.untyped_storage()
-    try:
-        cell = st._tn_cell
-    except AttributeError:
-        cell = cell_at(st.data_ptr())
-        if cell is None:
-            raise RuntimeError(
-                "torchneuron: this neuron tensor has no device buffer (its storage was not "
-                "allocated by torchneuron)"
-            ) from None
+    cell = cell_of_storage(t.untyped_storage())
+    if cell is None:
+        raise RuntimeError(
+            "torchneuron: this neuron tensor has no device buffer (its storage was not "
+            "allocated by torchneuron)")
     if cell.raw:
         retype(cell, t.dtype)
     return cell
@@ -407,6 +402,8 @@ _resize_fns: dict = {}
 
 
 def cell_of_storage(st):
+    """The cell of a neuron storage (found by its fake address when PyTorch made the
+    storage object: at::from_blob in serialization), or None."""
     cell = getattr(st, "_tn_cell", None)
     return cell if cell is not None else cell_at(st.data_ptr())
 

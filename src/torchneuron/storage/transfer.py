@@ -169,11 +169,13 @@ _ALIAS_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, to
                  torch.complex64, torch.complex128}
 
 
-def _whole_cell(t: torch.Tensor):
-    """t's cell when t is exactly its cell's flat array (contiguous, offset 0, same dtype and
-    length, no lazy conj/neg) on XLA:CPU, where device memory is host memory; else None."""
-    if (t.dtype not in _ALIAS_DTYPES or t.storage_offset() or not t.is_contiguous()
-            or t.is_conj() or t.is_neg() or runtime.platform() != "cpu"):
+def whole_cell(t: torch.Tensor, host_memory: bool = False):
+    """t's cell when t is exactly its cell's flat array (contiguous, offset 0, the cell's
+    dtype and length, no lazy conj/neg), else None; with `host_memory`, only on XLA:CPU,
+    where device memory is host memory."""
+    if (not isinstance(t, torch.Tensor) or t.device.type != "neuron" or t.storage_offset()
+            or not t.is_contiguous() or t.is_conj() or t.is_neg()
+            or (host_memory and (t.dtype not in _ALIAS_DTYPES or runtime.platform() != "cpu"))):
         return None
     cell = cell_of(t)
     if cell.numel != t.numel() or cell.dt != runtime.jdtype(t.dtype):
@@ -184,7 +186,7 @@ def _whole_cell(t: torch.Tensor):
 def host_alias(t: torch.Tensor):
     """A CPU tensor sharing memory with t's device buffer (DLPack, zero-copy), or None.
     Read it only: jax buffers are immutable and may be shared by other cells."""
-    cell = _whole_cell(t)
+    cell = whole_cell(t, host_memory=True)
     if cell is None:
         return None
     try:
@@ -196,7 +198,7 @@ def host_alias(t: torch.Tensor):
 def adopt_host(t: torch.Tensor, host: torch.Tensor) -> None:
     """Make the contiguous CPU tensor `host` (t's shape and dtype, not used by the caller
     afterwards) t's new values: zero-copy where t is its whole cell on XLA:CPU, else a copy."""
-    cell = _whole_cell(t)
+    cell = whole_cell(t, host_memory=True)
     if cell is not None and host.is_contiguous() and host.dtype == t.dtype:
         try:
             arr = jnp.from_dlpack(host.reshape(-1))
