@@ -19,6 +19,7 @@ if [ "$#" -eq 0 ]; then
          tests/test_amp.py tests/test_optim.py tests/test_attention.py tests/test_random.py \
          tests/test_creation.py tests/test_foreach.py tests/test_forward_ad.py \
          tests/test_compile.py tests/test_pinned.py tests/test_module_conversion.py \
-         tests/test_graph_breaks.py tests/test_distributed.py tests/test_storage_resize.py
+         tests/test_graph_breaks.py tests/test_distributed.py tests/test_storage_resize.py \
+         tests/test_fuzz.py
 fi
 python -m pytest -q -n "${TORCHNEURON_TEST_WORKERS:-2}" --dist loadfile -p no:cacheprovider "$@"

@@ -35,6 +35,7 @@ COMMANDS = {
     "conformance": ("torchneuron.tools.conformance", "main", "run the OpInfo conformance sweep"),
     "ops": ("torchneuron.tools.native_ops", "main", "write docs/native-ops.md from the registry"),
     "scan": ("torchneuron.tools.model_scan", "main", "run the Hugging Face model scan"),
+    "fuzz": ("torchneuron.tools.fuzz", "main", "random programs on neuron against the CPU"),
 }
 
 

@@ -239,19 +239,37 @@ class _Ctx(threading.local):
         self.key = None
         self.device = 0
         self.keys_used = 0
+        self.warnings = None
 
 
 _ctx = _Ctx()
+_KEEP = object()
 
 
 @contextlib.contextmanager
-def tracing(meta=None, key=None, device=0):
-    saved = (_ctx.meta, _ctx.key, _ctx.device, _ctx.keys_used)
+def tracing(meta=None, key=None, device=0, warnings=_KEEP):
+    """The context a lowering is traced in; `warnings`: a list that collects
+    :func:`call_warning` messages (an eager executable repeats them on every call); nested
+    contexts keep the outer list."""
+    saved = (_ctx.meta, _ctx.key, _ctx.device, _ctx.keys_used, _ctx.warnings)
     _ctx.meta, _ctx.key, _ctx.device, _ctx.keys_used = meta, key, device, 0
+    if warnings is not _KEEP:
+        _ctx.warnings = warnings
     try:
         yield _ctx
     finally:
-        _ctx.meta, _ctx.key, _ctx.device, _ctx.keys_used = saved
+        _ctx.meta, _ctx.key, _ctx.device, _ctx.keys_used, _ctx.warnings = saved
+
+
+def call_warning(msg: str) -> None:
+    """A UserWarning PyTorch's kernel gives on every call with these arguments (a warning
+    raised while tracing would show only when the executable is built)."""
+    if _ctx.warnings is None:
+        import warnings as _w
+
+        _w.warn(msg, UserWarning, stacklevel=3)
+    elif msg not in _ctx.warnings:
+        _ctx.warnings.append(msg)
 
 
 def trace_device() -> int:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import torch
 
 from . import runtime
+from .storage import number_key
 
 _probe_cache: dict = {}
 _slot_cache: dict = {}
@@ -108,7 +109,11 @@ def _probe_sig(v):
         return (v.dtype, v.dim())
     if isinstance(v, (list, tuple)):
         return tuple(_probe_sig(x) for x in v)
-    return type(v) if isinstance(v, (bool, int, float, complex)) else v
+    if isinstance(v, (bool, int, float, complex)):
+        # the value too: the probe runs with it, and some errors depend on it (a negative
+        # integer power)
+        return (type(v), number_key(v))
+    return v
 
 
 def probed(op, fn):

@@ -213,7 +213,7 @@ class InputViewOut(NamedTuple):
     dtype: torch.dtype
     shape: tuple
     strides: tuple
-    offset: int  # relative to the input's own storage offset
+    offset: int  # bytes, relative to the input's own storage offset (dtypes may differ)
 
 
 class OutputViewOut(NamedTuple):
@@ -363,8 +363,8 @@ class CompiledGraph:
             elif kind is InputViewOut:
                 src = args[p.arg]
                 t = storage.new_shell(index, p.dtype)
-                values.append(storage.set_metadata(t, src.untyped_storage(),
-                                                   src.storage_offset() + p.offset, p.shape,
+                off = (src.storage_offset() * src.element_size() + p.offset) // p.dtype.itemsize
+                values.append(storage.set_metadata(t, src.untyped_storage(), off, p.shape,
                                                    p.strides))
             else:  # OutputViewOut
                 src = new[p.leaf]
@@ -600,12 +600,14 @@ class CompiledGraph:
             hit = in_store.get(ref)
             shape = tuple(int(s) for s in m.shape)
             strides = tuple(int(s) for s in m.stride())
-            if hit is not None and hit[1].dtype == m.dtype:
+            # (a view may have another dtype than its base: view(dtype))
+            if hit is not None:
                 plans.append(InputViewOut(hit[0], m.dtype, shape, strides,
-                                          int(m.storage_offset()) - int(hit[1].storage_offset())))
+                                          int(m.storage_offset()) * m.dtype.itemsize
+                                          - int(hit[1].storage_offset()) * hit[1].dtype.itemsize))
                 continue
             base = new_store.get(ref)
-            if base is not None and base[1].dtype == m.dtype:
+            if base is not None:
                 plans.append(OutputViewOut(base[0], m.dtype, shape, strides,
                                            int(m.storage_offset())))
                 continue

@@ -16,11 +16,13 @@ This module is the API the other layers use.
 from __future__ import annotations
 
 from .entry import (OVERLAP_WRITES, Entry, cache_hits, cache_misses, check_cast,  # noqa: F401
+                    check_no_overlap, check_partial_overlap, overlap_status,
                     out_kernel, resize_output)
 from .fallback import (FallbackError, cpu_fallback, decomposition_stats,  # noqa: F401
                        fallback_policy, fallback_stats, reset_fallback_stats, run_on_cpu,
                        set_fallback_policy)
-from .meta import NoMeta, device_mismatch, translate_runtime_error, validate  # noqa: F401
+from .meta import (NoMeta, cpu_error, device_mismatch, to_meta,  # noqa: F401
+                   translate_runtime_error, validate)
 from .registry import (declare, declared, entry_for, fallthrough, family, install,  # noqa: F401
                        kernel, library, natives, registered)
 from .schema import (Schema, functional_of, inplace_variants, out_variants,  # noqa: F401

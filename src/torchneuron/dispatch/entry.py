@@ -30,7 +30,8 @@ Tensor = torch.Tensor
 aten = torch.ops.aten
 
 class Executable:
-    __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index", "warn")
+    __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index", "warn",
+                 "overlaps")
 
 
 cache_hits = collections.Counter()  # op name -> calls served by a cached executable
@@ -69,8 +70,8 @@ class Entry:
             exe = self.build(key, args, kwargs, w)
         else:
             cache_hits[self.name] += 1
-        if exe.warn:
-            warnings.warn(exe.warn, UserWarning, stacklevel=2)
+        if exe.overlaps:
+            check_partial_overlaps(exe.overlaps, args)
         index = exe.index
         inputs = w.arrays
         if w.dyn:
@@ -87,6 +88,8 @@ class Entry:
             res = exe.fn(*inputs)
         except Exception as e:  # noqa: BLE001
             raise translate_runtime_error(e, index) from None
+        for msg in exe.warn:  # (filled while the first call traces the lowering)
+            warnings.warn(msg, UserWarning, stacklevel=2)
         return self.finish(exe, res, w, args, kwargs)
 
     @staticmethod
@@ -117,8 +120,14 @@ class Entry:
         index = w.index if w.index is not None else current_device()
         sch = self.schema
         meta_args, meta_kwargs = _meta.to_meta(args, kwargs)
+        pointwise_inplace = self.mode == "inplace" and args and (
+            torch.Tag.pointwise in self.op.tags or torch.Tag.pointwise in self.low.op.tags)
+        if pointwise_inplace:  # TensorIterator: memory overlap first, then everything else
+            check_partial_overlaps(_aliased_pairs(self.op, sch, args), args)
         # PyTorch's meta kernel validates and gives result dtypes/shapes/strides.
         meta_self = _meta.run_meta(self.op, meta_args, meta_kwargs)
+        if pointwise_inplace:
+            check_inplace_shape(meta_self, args[0])
         func_op = self.low.op
         if func_op is not self.op and self.mode == "inplace":
             fm_args, fm_kwargs = _meta.drop_out_args(func_op, meta_args, meta_kwargs)
@@ -176,7 +185,7 @@ class Entry:
             key = None
             if rng is not None:
                 key = jax.random.fold_in(jax.random.PRNGKey(rng[0]), rng[1])
-            with lowering.tracing(meta=meta_func, key=key, device=index):
+            with lowering.tracing(meta=meta_func, key=key, device=index, warnings=exe.warn):
                 result = low.fn(*jargs, **jkwargs)
             outs = []
             if mode == "functional":
@@ -210,9 +219,11 @@ class Entry:
         exe.out_bytes = sum(sp.nbytes for sp in out_specs)
         exe.random = random
         exe.index = index
+        exe.overlaps = _aliased_pairs(self.op, sch, args) if mode == "inplace" else ()
         overlapped = any(t.overlap for grp in write_targets if grp is not None
                          for t in (grp if isinstance(grp, list) else [grp]))
-        exe.warn = OVERLAP_WRITES.get(base_name) if overlapped else None
+        exe.warn = [OVERLAP_WRITES[base_name]] if overlapped and OVERLAP_WRITES.get(base_name) \
+            else []
         if len(self.cache) >= CACHE_MAX:
             self.cache.popitem(last=False)
         self.cache[key] = exe
@@ -239,6 +250,81 @@ OVERLAP_WRITES = {
     "aten::masked_fill_": _expanded_warning("masked_fill_", "tensor[mask] = scalar"),
     "aten::index_fill_": _expanded_warning("index_fill_", "tensor[mask] = scalar"),
 }
+
+
+def _aliased_pairs(op, sch, args):
+    """(written position, input position) of a pointwise in-place op's tensor arguments that
+    share a buffer: TensorIterator's partial-overlap check applies to them (per call: the
+    cache key knows which arguments share a buffer, not where their views lie)."""
+    if torch.Tag.pointwise not in op.tags and torch.Tag.pointwise not in getattr(
+            _functional_of(op), "tags", ()):
+        return ()
+    pairs = []
+    for i in sch.mutated:
+        t = args[i] if i < len(args) else None
+        if not isinstance(t, Tensor) or t.device.type != "neuron":
+            continue
+        cell = storage.cell_of(t)
+        for j, a in enumerate(args):
+            if j != i and isinstance(a, Tensor) and a.device.type == "neuron" \
+                    and storage.cell_of(a) is cell:
+                pairs.append((i, j))
+    return tuple(pairs)
+
+
+def _functional_of(op):
+    """aten::gt_.Tensor -> aten::gt.Tensor (in-place overloads lack the pointwise tag)."""
+    pkt = op._schema.name.split("::")[1]
+    if not pkt.endswith("_"):
+        return None
+    try:
+        return getattr(getattr(torch.ops.aten, pkt[:-1]), op._overloadname)
+    except AttributeError:
+        return None
+
+
+def check_partial_overlaps(pairs, args):
+    for i, j in pairs:
+        check_partial_overlap(args[i], args[j])
+
+
+def overlap_status(a, b) -> str:
+    """PyTorch's get_overlap_status for two tensors: full | partial | no | too_hard."""
+    if a is b:
+        return "full"
+    if a.numel() == 0 or b.numel() == 0:
+        return "no"
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return "no"  # (checked first here: the cheap test, and too_hard is as harmless)
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
+
+    if not dense(a) or not dense(b):
+        return "too_hard"
+    a0 = a.storage_offset() * a.element_size()
+    b0 = b.storage_offset() * b.element_size()
+    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
+    if a0 == b0 and a1 == b1:
+        return "full" if a.stride() == b.stride() else "partial"
+    return "partial" if a0 < b1 and b0 < a1 else "no"
+
+
+def check_partial_overlap(written, read) -> None:
+    """TensorIterator's assert_no_partial_overlap."""
+    if overlap_status(written, read) == "partial":
+        _raise_partial()
+
+
+def check_no_overlap(written, read) -> None:
+    """TensorIterator's assert_no_overlap (index_put_ and its kin: not even a full overlap)."""
+    if isinstance(read, Tensor) and overlap_status(written, read) in ("full", "partial"):
+        _raise_partial()
+
+
+def _raise_partial():
+    raise RuntimeError(
+        "unsupported operation: some elements of the input tensor and the written-to tensor "
+        "refer to a single memory location. Please clone() the tensor before performing the "
+        "operation.")
 
 
 def check_overlap(t, allowed=False) -> bool:
@@ -316,6 +402,16 @@ def check_cast(result_dtype, out_dtype) -> None:
                            f"desired output type {scalar_type_name(out_dtype)}")
 
 
+def check_inplace_shape(result, self_) -> None:
+    """A pointwise in-place op cannot grow self to the broadcast shape (TensorIterator's
+    check, which comes before the dtype checks; some Python meta references skip it)."""
+    if isinstance(result, (tuple, list)):
+        result = result[0] if result else None
+    if isinstance(result, Tensor) and isinstance(self_, Tensor) and result.shape != self_.shape:
+        raise RuntimeError(f"output with shape {list(self_.shape)} doesn't match the broadcast "
+                           f"shape {list(result.shape)}")
+
+
 def check_inplace_cast(result, self_) -> None:
     """An in-place op computed through its functional form must be able to cast the
     result back into self (some releases' meta kernels for the in-place overload do not
@@ -331,7 +427,7 @@ def check_inplace_cast(result, self_) -> None:
         check_cast(result.dtype, self_.dtype)
 
 
-_OUT_DTYPE_WORDS = ("cast", "dtype", "type")
+_OUT_DTYPE_WORDS = ("cast", "dtype", "type", "non-boolean outputs")
 _out_checked: dict = {}
 
 
@@ -354,7 +450,7 @@ def check_out_dtypes(out_op, args, kwargs) -> bool:
     too big for stand-ins (the caller then applies the can_cast rule)."""
     try:
         key = (out_op, tuple(_sig(a) for a in args),
-               tuple((k, _sig(v)) for k, v in kwargs.items()))
+               tuple((k, _sig(v)) for k, v in kwargs.items()), global_state())
         hash(key)
     except TypeError:
         key = None
@@ -363,9 +459,16 @@ def check_out_dtypes(out_op, args, kwargs) -> bool:
         if _too_big(args) or _too_big(list(kwargs.values())):
             return False
         margs, mkwargs = _meta.to_meta(args, kwargs)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the stand-in out= resize warns
-            e = _meta.cpu_error(out_op, margs, mkwargs)
+        # empty out= stand-ins: resized without the deprecation warning (which C++ would
+        # deliver to the user's call, past any catch_warnings here)
+        sch = schema(out_op)
+        for i in sch.out_args:
+            name = sch.names[i]
+            if name in mkwargs:
+                mkwargs[name] = _empty_like_meta(mkwargs[name])
+            elif i < len(margs):
+                margs[i] = _empty_like_meta(margs[i])
+        e = _meta.cpu_error(out_op, margs, mkwargs)
         err = None
         if e is not None and any(w in str(e) for w in _OUT_DTYPE_WORDS):
             err = e
@@ -376,6 +479,14 @@ def check_out_dtypes(out_op, args, kwargs) -> bool:
     if err is not None:
         raise type(err)(str(err))
     return True
+
+
+def _empty_like_meta(v):
+    if isinstance(v, Tensor):
+        return torch.empty(0, dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_empty_like_meta(x) for x in v)
+    return v
 
 
 def _too_big(vs):
@@ -414,12 +525,34 @@ def out_kernel(out_op, func_op):
     fnames = {a.name for a in func_op._schema.arguments}
     out_names = [sch.names[i] for i in sch.out_args]
     list_out = [sch.kinds[i] == TLIST for i in sch.out_args]
+    out_pos = set(sch.out_args)
+    pointwise = torch.Tag.pointwise in func_op.tags
 
     def kernel(*args, **kwargs):
         outs = [kwargs[n] if n in kwargs else args[sch.names.index(n)] for n in out_names]
+        if pointwise:  # TensorIterator checks memory overlap first, then shapes, then dtypes
+            for o in outs:
+                if not isinstance(o, Tensor) or o.device.type != "neuron":
+                    continue
+                for k, a in enumerate(args):
+                    if k not in out_pos and isinstance(a, Tensor) and a.device.type == "neuron":
+                        check_partial_overlap(o, a)
         checked = check_out_dtypes(out_op, args, kwargs)
         fkw = {k: v for k, v in kwargs.items() if k in fnames}
-        res = func_op(*args, **fkw)
+        try:
+            res = func_op(*args, **fkw)
+        except NotImplementedError:
+            if pointwise:  # the CPU's structured kernel has resized the outs by then
+                shapes = [a.shape for k, a in enumerate(args)
+                          if k not in out_pos and isinstance(a, Tensor)]
+                try:
+                    shape = torch.broadcast_shapes(*shapes)
+                except RuntimeError:
+                    shape = None
+                for o in outs:
+                    if shape is not None and isinstance(o, Tensor) and o.device.type == "neuron":
+                        resize_output(o, shape)
+            raise
         if list_out == [True]:
             dst, res = outs[0], res
             if len(dst) != len(res):
@@ -436,6 +569,12 @@ def out_kernel(out_op, func_op):
                 raise device_mismatch("neuron:0", o.device)
             if not checked:
                 check_cast(r.dtype, o.dtype)
+            if pointwise:
+                # an out tensor that is also an input is not resized (TensorIterator)
+                if any(a is o for k, a in enumerate(args) if k not in out_pos) \
+                        and tuple(o.shape) != tuple(r.shape):
+                    raise RuntimeError(f"output with shape {list(o.shape)} doesn't match the "
+                                       f"broadcast shape {list(r.shape)}")
             resize_output(o, r.shape)
             o.copy_(r)
         if sch.nreturns == 1:

@@ -112,7 +112,8 @@ class Walk:
         return ("s", type(v))
 
     def static_value(self, v):
-        return (type(v), v)  # 5 == 5.0 == True as keys: keep the type apart
+        # 5 == 5.0 == True and -0.0 == 0.0 as keys: keep the type and the zero's sign apart
+        return (type(v), storage.number_key(v))
 
     def other(self, v):
         if isinstance(v, list):

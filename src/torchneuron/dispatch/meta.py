@@ -7,6 +7,8 @@ message of PyTorch's CPU kernel run on small zero-filled stand-ins.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .. import storage
@@ -38,22 +40,43 @@ class NoMeta(Exception):
     pass
 
 
+def _snapshot(v):
+    if isinstance(v, Tensor):
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_snapshot(x) for x in v)
+    return v
+
+
 def run_meta(op, margs, mkwargs):
-    try:
-        return op(*margs, **mkwargs)
-    except NotImplementedError as e:
-        msg = str(e)
-        if "not implemented for '" in msg:  # a dtype the kernel refuses: PyTorch's error
-            raise (cpu_error(op, margs, mkwargs) or e) from None
-        raise NoMeta(msg) from None
-    except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as e:
-        # (some Python meta kernels check with assert: linalg.cholesky on a 1-D input;
-        # the CPU kernel's error replaces theirs)
-        msg = str(e)
-        if "Meta" in msg and ("Could not run" in msg or "not implemented" in msg.lower()):
+    # the arguments as they were: a Python meta reference can resize an out= or in-place
+    # argument before it raises, and the CPU's error must see the original shapes
+    before = ([_snapshot(a) for a in margs], {k: _snapshot(v) for k, v in mkwargs.items()})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = op(*margs, **mkwargs)
+        except NotImplementedError as e:
+            msg = str(e)
+            if "not implemented for '" in msg:  # a dtype the kernel refuses: PyTorch's error
+                raise (cpu_error(op, *before) or e) from None
             raise NoMeta(msg) from None
-        cpu_err = cpu_error(op, margs, mkwargs)
-        raise (cpu_err or e) from None
+        except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as e:
+            # (some Python meta kernels check with assert: linalg.cholesky on a 1-D input;
+            # the CPU kernel's error replaces theirs)
+            msg = str(e)
+            if "Meta" in msg and ("Could not run" in msg or "not implemented" in msg.lower()):
+                raise NoMeta(msg) from None
+            cpu_err = cpu_error(op, *before)
+            raise (cpu_err or e) from None
+    # (a call that raises gives no warning, like the CPU kernel's)
+    for w in caught:
+        if "{str(shape)}" in str(w.message):
+            # the prims wrapper's out= resize warning, with its format string unfilled; the
+            # out= kernels give CPU's own wording (per call)
+            continue
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return result
 
 
 _CPU_ERROR_MAX_NUMEL = 1 << 16

@@ -83,11 +83,14 @@ def nonzero(self):
         def fn(a):
             v = storage.view_values(a, specs[0])
             idx = jnp.nonzero(v, size=b, fill_value=0)
-            return jnp.stack([i.astype(jnp.int64) for i in idx], axis=-1).reshape(-1)
+            return jnp.stack([i.astype(jnp.int64) for i in idx], axis=0).reshape(-1)
         return fn
 
-    flat = storage.device_fn(("nonzero", specs, sig, b), build)(*arrs)
-    return _result(flat, torch.int64, (count, nd), index, b * nd)
+    # column-major like CPU's and CUDA's result (strides (1, rows)); the rows are padded to
+    # the size bucket, so the column stride is the bucket's (docs/limitations.md)
+    flat = storage.device_fn(("nonzero_t", specs, sig, b), build)(*arrs)
+    return storage.make_tensor(flat, torch.int64, (count, nd), (1, b), 0, index,
+                               b * nd * torch.int64.itemsize)
 
 
 def masked_select(self, mask):
@@ -272,8 +275,18 @@ def _index_put_kernel(op, low_op, mode):
         unsafe = bool(sch.arg(args, kwargs, 4)) if len(sch.names) > 4 else False
         if self.device.type != "neuron":
             raise dispatch.device_mismatch("neuron:0", self.device)
+        if mode == "inplace":  # CPU's index_put_: self must not overlap values or indices
+            for t in [values] + [i for i in indices if i is not None]:
+                if isinstance(t, torch.Tensor) and t.device.type == "neuron":
+                    dispatch.check_no_overlap(self, t)
         _check_index_dtypes(indices)
         if isinstance(values, torch.Tensor) and values.dtype != self.dtype:
+            # the shapes are checked first (PyTorch's meta kernel, with matching dtypes)
+            margs, mkw = dispatch.to_meta((self, indices, values.to(self.dtype)) +
+                                          tuple(args[3:]), kwargs)
+            err = dispatch.cpu_error(op, list(margs), mkw)
+            if err is not None and "shape" in str(err):
+                raise err
             raise RuntimeError(
                 "Index put requires the source and destination dtypes match, got "
                 f"{scalar_type_name(self.dtype)} for the destination and "

@@ -104,15 +104,20 @@ def resize_(self, size, memory_format=None):
     need = storage.storage_numel(size, strides, offset) * self.element_size()
     st = self.untyped_storage()
     if need > st.nbytes():
-        # grow: a new storage holding the old bytes followed by zeros
+        # grow the storage in place (the old bytes, then zeros), so every view of it sees the
+        # new size as on CPU; without a way to repoint a StorageImpl (no native helper and
+        # torch < 2.13), a new storage for this tensor only (docs/limitations.md)
         cell = storage.cell_of(self)
         old = cell.arr
         itemsize = old.dtype.itemsize
         n = -(-need // itemsize)
-        storage.check_room(self.device.index, n * itemsize - cell.nbytes)
-        grown = _grow(old, n)
         old_nbytes = st.nbytes()
-        st = storage.new_storage(storage.Cell(grown, n * itemsize, self.device.index))
+        try:
+            storage.resize_storage(st, n * itemsize)
+        except NotImplementedError:
+            storage.check_room(self.device.index, n * itemsize - cell.nbytes)
+            grown = _grow(old, n)
+            st = storage.new_storage(storage.Cell(grown, n * itemsize, self.device.index))
         if _fill_deterministic():
             _fill_resize_deterministic(self, st, old_nbytes)
     return storage.set_metadata(self, st, offset, size, strides)

@@ -9,7 +9,7 @@ import torch
 import numpy as _np
 from jax import lax
 
-from ..numerics import cast, convert, round_to
+from ..numerics import cast, convert, not_implemented, round_to
 from ..lowering import lower, out_dtype, out_meta
 
 
@@ -65,6 +65,8 @@ def _arange_check(*args, dtype=None, **kwargs):
     its CPU kernel dies of SIGFPE).  From torch 2.14 the CPU takes the length from the
     untruncated step and fills start + 0 * i: so does the device there (the meta kernel's
     length)."""
+    if dtype is not None and (dtype.is_complex or dtype == torch.bool):
+        raise not_implemented("arange_cpu", dtype)
     if _TORCH_214:
         return
     start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
@@ -150,8 +152,22 @@ def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin
     return (jnp.asarray(start, acc) + i * jnp.asarray(step, acc)).astype(dt)
 
 
+def _linspace_check(start, end, steps, *, dtype=None, **kwargs):
+    """CPU's conversion checks of start and end into the result type ("value cannot be
+    converted to type uint8_t without overflow"): the CPU kernel on at most 2 steps."""
+    if isinstance(start, torch.Tensor) or isinstance(end, torch.Tensor) or steps < 0:
+        return
+    key = ("linspace", type(start), repr(start), type(end), repr(end), dtype, min(steps, 2))
+    if key in _fill_ok:
+        return
+    torch.linspace(start, end, min(steps, 2), dtype=dtype)  # raises PyTorch's own error
+    if len(_fill_ok) > 4096:
+        _fill_ok.clear()
+    _fill_ok[key] = True
+
+
 @lower("linspace.default", "linspace.Tensor_Tensor", "linspace.Tensor_Scalar",
-       "linspace.Scalar_Tensor", static=("start", "end", "steps"))
+       "linspace.Scalar_Tensor", static=("start", "end", "steps"), check=_linspace_check)
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
     # PyTorch's CPU kernel, element by element: start + step * i below the halfway point,
     # end - step * (steps - 1 - i) above it, in the result type's own arithmetic (double

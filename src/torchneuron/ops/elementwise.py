@@ -12,6 +12,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import torch
 import jax.scipy.special as jsp
 from jax import lax
 
@@ -21,8 +22,8 @@ from ..numerics import HALF, cast, is_complex, is_float, upcast
 
 
 # Every elementwise lowering checks PyTorch's dtype support at trace time (probe.py).
-def lower(*names, static=()):
-    return _lower_plain(*names, static=static, probe=True)
+def lower(*names, static=(), check=None):
+    return _lower_plain(*names, static=static, probe=True, check=check)
 
 
 def _compute(*xs, dt=None):
@@ -68,8 +69,21 @@ def _is_one(v):
 
 
 # ---------------------------------------------------------------- arithmetic
+def _complex_axpy(x, y, alpha):
+    """x + alpha * y for complex results as PyTorch's CPU and CUDA kernels compute it: alpha
+    is a complex number, multiplied out in full even when it is 1 or -1 (so an infinite part
+    of y meets a zero part of alpha: inf * 0 = nan), which XLA would otherwise simplify."""
+    x, y = _compute(x, y)
+    a = complex(alpha)
+    yr, yi = jnp.real(y), jnp.imag(y)
+    ar, ai = (jnp.asarray(v, yr.dtype) for v in (a.real, a.imag))
+    return x + lax.complex(yr * ar - yi * ai, yr * ai + yi * ar)
+
+
 @lower("add.Tensor", "add.Scalar")
 def add(x, y, alpha=1):
+    if is_complex(out_dtype()) and not isinstance(alpha, jax.Array):
+        return _complex_axpy(x, y, alpha)
     if _is_one(alpha):
         x, y = _compute(x, y)
         return x + y if x.dtype != jnp.bool_ else x | y
@@ -81,6 +95,8 @@ def add(x, y, alpha=1):
 
 @lower("sub.Tensor", "sub.Scalar")
 def sub(x, y, alpha=1):
+    if is_complex(out_dtype()) and not isinstance(alpha, jax.Array):
+        return _complex_axpy(x, y, -complex(alpha))
     if _is_one(alpha):
         x, y = _compute(x, y)
         return x - y
@@ -133,7 +149,20 @@ def _div_floor_int(x, y):
     return jnp.where(y == 0, lax.div(x, y), q)
 
 
-@lower("div.Tensor_mode", "div.Scalar_mode")
+def _int_zero_divisor_check(x, y, *rest, rounding_mode="trunc", **kwargs):
+    """Integer division by a Python (or 0-dim CPU) zero: CPU's ZeroDivisionError, known
+    without reading the device (a zero inside a device divisor is docs/limitations.md)."""
+    if isinstance(y, torch.Tensor):
+        if y.device.type != "cpu" or y.dim() != 0:
+            return
+        y = y.item()
+    if rounding_mode is None or isinstance(y, (float, complex)) or y != 0:
+        return
+    if isinstance(x, torch.Tensor) and not (x.is_floating_point() or x.is_complex()):
+        raise RuntimeError("ZeroDivisionError")
+
+
+@lower("div.Tensor_mode", "div.Scalar_mode", check=_int_zero_divisor_check)
 def div_mode(x, y, *, rounding_mode=None):
     dt = out_dtype()
     x, y = jnp.broadcast_arrays(*_compute(x, y, dt=dt))
@@ -151,12 +180,12 @@ def div_mode(x, y, *, rounding_mode=None):
     return _div_floor_float(x, y)
 
 
-@lower("floor_divide.default", "floor_divide.Scalar")
+@lower("floor_divide.default", "floor_divide.Scalar", check=_int_zero_divisor_check)
 def floor_divide(x, y):
     return div_mode(x, y, rounding_mode="floor")
 
 
-@lower("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor")
+@lower("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor", check=_int_zero_divisor_check)
 def remainder(x, y):
     x, y = jnp.broadcast_arrays(*_cm(x, y))
     if _is_int(x.dtype):
@@ -166,7 +195,7 @@ def remainder(x, y):
     return jnp.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
 
 
-@lower("fmod.Tensor", "fmod.Scalar")
+@lower("fmod.Tensor", "fmod.Scalar", check=_int_zero_divisor_check)
 def fmod(x, y):
     x, y = jnp.broadcast_arrays(*_cm(x, y))
     if _is_int(x.dtype):
@@ -501,10 +530,25 @@ def _sinc(x):
     return jnp.where(x == 0, jnp.ones_like(x), jnp.sin(px) / jnp.where(x == 0, 1, px))
 
 
+def _sqrt(x):
+    r = jnp.sqrt(x)
+    if not is_complex(x.dtype):
+        return r
+    # the principal root's imaginary part has the sign of the input's, -0.0 included
+    # (sqrt(-3 - 0j) = -1.732j, as CPU and C99's csqrt; XLA gives +1.732j)
+    return lax.complex(jnp.real(r), jnp.copysign(jnp.imag(r), jnp.imag(x)))
+
+
+def _rsqrt(x):
+    if not is_complex(x.dtype):
+        return lax.rsqrt(x)
+    return 1 / _sqrt(x)
+
+
 for _n, _f in {
     "exp.default": jnp.exp, "exp2.default": jnp.exp2, "expm1.default": jnp.expm1,
     "log.default": jnp.log, "log2.default": jnp.log2, "log10.default": jnp.log10,
-    "log1p.default": jnp.log1p, "sqrt.default": jnp.sqrt, "rsqrt.default": lax.rsqrt,
+    "log1p.default": jnp.log1p, "sqrt.default": _sqrt, "rsqrt.default": _rsqrt,
     "sin.default": jnp.sin, "cos.default": jnp.cos, "tan.default": jnp.tan,
     "asin.default": jnp.arcsin, "acos.default": jnp.arccos, "atan.default": jnp.arctan,
     "sinh.default": jnp.sinh, "cosh.default": jnp.cosh, "tanh.default": jnp.tanh,

@@ -338,7 +338,14 @@ def _src_along(src, x1, dim, n):
     return jnp.broadcast_to(jnp.asarray(src).reshape(shape) if jnp.ndim(src) else src, shape)
 
 
-@lower("index_add.default", bounds=_along(False, lambda d, n: index_error(d, n, RuntimeError)))
+# CPU's kernel for a 1-d self reports like index_select; more dims name index and dim
+def _index_add_bounds(arg):
+    x = arg("self")
+    return _along(False, lambda d, n: _range_err() if x.dim() <= 1 else
+                  index_error(d, n, RuntimeError))(arg)
+
+
+@lower("index_add.default", bounds=_index_add_bounds)
 def index_add(x, dim, index, source, *, alpha=1):
     x1 = _as1(x)
     dim = canon_dim(dim, x.ndim)

@@ -15,7 +15,6 @@ Conventions (PyTorch's, checked against the CPU kernels):
 from __future__ import annotations
 
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -23,11 +22,12 @@ import numpy as np
 import torch
 from jax import lax
 
-from ..lowering import lower, out_dtype, sum_dtype
+from ..lowering import call_warning, lower, out_dtype, sum_dtype
 from ..numerics import (
     HALF,
     canon_dim,
     cast,
+    convert,
     is_complex,
     is_float,
     jdtype,
@@ -66,7 +66,12 @@ def _need_numel(name, x):
 def _sum_like(x, dim, keepdim, dtype, reduce, reduce_bool):
     """sum/prod: in the opmath of the result dtype (bool stays bool: any/all)."""
     axes = _axes(dim, x.ndim)
-    xa = to_dtype(x, opmath(sum_dtype(x, dtype)))
+    out = sum_dtype(x, dtype)
+    if is_complex(x.dtype) and not is_complex(out):
+        call_warning("Casting complex values to real discards the imaginary part")
+    if is_float(x.dtype) and not is_complex(x.dtype) and not is_float(out) and out != jnp.bool_:
+        x = convert(x, out)  # float -> int as the CPU converts (wrapping for 8 bits), then sum
+    xa = to_dtype(x, opmath(out))
     if xa.dtype == jnp.bool_:
         return reduce_bool(xa, axis=axes, keepdims=keepdim)
     return reduce(xa, axis=axes, keepdims=keepdim)
@@ -88,7 +93,9 @@ def _nansum_normalize(self, dim=None, keepdim=False, *, dtype=None):
 @lower("nansum.default", normalize=_nansum_normalize)
 def nansum(x, dim=None, keepdim=False, *, dtype=None):
     if is_complex(x.dtype):
-        raise RuntimeError("nansum does not support complex inputs")
+        raise RuntimeError("nansum on neuron does not support complex inputs")
+    if dtype is not None and dtype.is_complex:
+        raise not_implemented("nansum_cpu", jdtype(dtype))
     if is_float(x.dtype) and not is_complex(x.dtype):
         x = jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), x)
     return sum_(x, dim, keepdim, dtype=dtype)
@@ -120,13 +127,13 @@ def _min(x, axes, keepdim):
 
 @lower("amax.default")
 def amax(x, dim=(), keepdim=False):
-    no_complex("amax", x)
+    no_complex("max_values_cpu", x)  # (CPU's kernel name)
     return _max(x, _axes(dim, x.ndim), keepdim)
 
 
 @lower("amin.default")
 def amin(x, dim=(), keepdim=False):
-    no_complex("amin", x)
+    no_complex("min_values_cpu", x)
     return _min(x, _axes(dim, x.ndim), keepdim)
 
 
@@ -162,22 +169,28 @@ def _val_idx(x, dim, keepdim, largest):
     return vals, idx
 
 
+def _no_complex_input(name, x):
+    # (CPU's check before its dtype dispatch: a RuntimeError, not the dispatch error)
+    if is_complex(x.dtype):
+        raise RuntimeError(f"{name}(): does not support complex input")
+
+
 @lower("max.dim")
 def max_dim(x, dim, keepdim=False):
-    no_complex("max", x)
+    _no_complex_input("max", x)
     need_nonempty_dim("max", x, dim)
     return _val_idx(x, dim, keepdim, True)
 
 
 @lower("min.dim")
 def min_dim(x, dim, keepdim=False):
-    no_complex("min", x)
+    _no_complex_input("min", x)
     need_nonempty_dim("min", x, dim)
     return _val_idx(x, dim, keepdim, False)
 
 
 def _argmaxmin(x, dim, keepdim, largest):
-    no_complex("argmax" if largest else "argmin", x)
+    _no_complex_input("argmax" if largest else "argmin", x)
     if x.dtype == jnp.bool_:
         raise RuntimeError(f"{'argmax' if largest else 'argmin'}(): does not support bool input")
     if dim is not None:
@@ -204,7 +217,7 @@ def argmin(x, dim=None, keepdim=False):
 
 @lower("aminmax.default")
 def aminmax(x, *, dim=None, keepdim=False):
-    no_complex("aminmax", x)
+    no_complex("aminmax_cpu", x)
     if dim is None:
         axes = tuple(range(x.ndim))
     else:
@@ -214,7 +227,7 @@ def aminmax(x, *, dim=None, keepdim=False):
 
 
 # ---------------------------------------------------------------- var / std
-def _var_mean(x, dim, correction, keepdim):
+def _var_mean(x, dim, correction, keepdim, name="var"):
     if not is_float(x.dtype):
         raise RuntimeError("std and var only support floating point and complex dtypes")
     axes = _axes(dim, x.ndim)
@@ -228,9 +241,9 @@ def _var_mean(x, dim, correction, keepdim):
     d = xa - m
     sq = d.real * d.real + d.imag * d.imag if is_complex(d.dtype) else d * d
     denom = max(n - correction, 0)
-    if denom <= 0:  # CPU warns on every call; this warns when the executable is built
-        warnings.warn("var(): degrees of freedom is <= 0. Correction should be strictly less "
-                      "than the reduction factor (input numel divided by output numel).", stacklevel=2)
+    if denom <= 0:  # CPU warns on every call (so does the executable)
+        call_warning(f"{name}(): degrees of freedom is <= 0. Correction should be strictly "
+                     "less than the reduction factor (input numel divided by output numel).")
     var = jnp.sum(sq, axis=axes, keepdims=keepdim) / jnp.asarray(denom, rdt)
     if not keepdim:
         m = jnp.squeeze(m, axes) if axes else m
@@ -244,17 +257,17 @@ def var(x, dim=None, *, correction=None, keepdim=False):
 
 @lower("std.correction", static=("correction",))
 def std(x, dim=None, *, correction=None, keepdim=False):
-    return jnp.sqrt(_var_mean(x, dim, correction, keepdim)[0])
+    return jnp.sqrt(_var_mean(x, dim, correction, keepdim, "std")[0])
 
 
 @lower("var_mean.correction", static=("correction",))
 def var_mean(x, dim=None, *, correction=None, keepdim=False):
-    return _var_mean(x, dim, correction, keepdim)
+    return _var_mean(x, dim, correction, keepdim, "var_mean")
 
 
 @lower("std_mean.correction", static=("correction",))
 def std_mean(x, dim=None, *, correction=None, keepdim=False):
-    v, m = _var_mean(x, dim, correction, keepdim)
+    v, m = _var_mean(x, dim, correction, keepdim, "std_mean")
     return jnp.sqrt(v), m
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import torch
 from jax import lax
 
-from ..lowering import lower, out_dtype, sum_dtype
+from ..lowering import call_warning, lower, out_dtype, sum_dtype
 from ..numerics import (
     canon_dim,
     is_complex,
@@ -21,7 +22,10 @@ from ..numerics import (
 # ---------------------------------------------------------------- scans
 def _cum(x, dim, dtype, scan):
     """cumsum/cumprod in the opmath of the result dtype (bool counts as int64)."""
-    xa = to_dtype(x, opmath(sum_dtype(x, dtype)))
+    out = sum_dtype(x, dtype)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating) and not jnp.issubdtype(out, jnp.complexfloating):
+        call_warning("Casting complex values to real discards the imaginary part")
+    xa = to_dtype(x, opmath(out))
     if x.ndim == 0 or x.size == 0:
         return xa
     if xa.dtype == jnp.bool_:
@@ -31,11 +35,15 @@ def _cum(x, dim, dtype, scan):
 
 @lower("cumsum.default")
 def cumsum(x, dim, *, dtype=None):
+    if dtype == torch.bool:
+        raise not_implemented("cumsum_out_cpu", jnp.bool_)
     return _cum(x, dim, dtype, lax.cumsum)
 
 
 @lower("cumprod.default")
 def cumprod(x, dim, *, dtype=None):
+    if dtype == torch.bool:
+        raise not_implemented("cumprod_out_cpu", jnp.bool_)
     return _cum(x, dim, dtype, lax.cumprod)
 
 

@@ -35,7 +35,7 @@ def _sort_last(x, descending):
 
 def _sort(x, dim, descending):
     if is_complex(x.dtype):
-        raise RuntimeError("Sort does not support complex dtypes")
+        raise RuntimeError("Sort does not support complex dtypes on neuron")
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = canon_dim(dim, x.ndim)
@@ -55,9 +55,11 @@ def sort_stable(x, *, stable=None, dim=-1, descending=False):
 
 @lower("topk.default")
 def topk(x, k, dim=-1, largest=True, sorted=True):
-    no_complex("topk", x)
+    # (CPU's and CUDA's messages name the device)
+    if is_complex(x.dtype):
+        raise RuntimeError("topk does not support complex dtypes on neuron")
     if x.dtype == jnp.bool_:
-        raise RuntimeError("topk does not support bool dtypes")
+        raise RuntimeError("topk does not support bool dtypes on neuron")
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = canon_dim(dim, x.ndim)
@@ -124,9 +126,10 @@ def _median_last(x, ignore_nan):
 
 
 def _median_all(x, ignore_nan):
-    name = "nanmedian" if ignore_nan else "median"
-    no_complex(name, x)
-    no_bool(name, x)
+    # CPU's kernels name themselves "median_cpu" (whole tensor) and "median_out" (along a
+    # dim), for nanmedian too
+    no_complex("median_cpu", x)
+    no_bool("median_cpu", x)
     if x.size == 0:
         return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
     v, i, pos = _median_last(x.reshape(-1), ignore_nan)
@@ -145,8 +148,8 @@ def nanmedian(x):
 
 def _median_dim(x, dim, keepdim, ignore_nan):
     name = "nanmedian" if ignore_nan else "median"
-    no_complex(name, x)
-    no_bool(name, x)
+    no_complex("median_out", x)
+    no_bool("median_out", x)
     need_nonempty_dim(name, x, dim)
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)

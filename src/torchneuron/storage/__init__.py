@@ -14,6 +14,7 @@ from .cells import (CPU_KEYS, Cell, cell_at, cell_of, check_room, contiguous_str
                     new_shell, new_storage, parse_bytes, raw_storage, retype, set_metadata,
                     resize_storage, stats, storage_numel, torch_device, zeros_flat)
 from .transfer import (cells_of, device_fn, dyn_scalar, host_storage_to_device,  # noqa: F401
+                       number_key,
                        adopt_host, host_alias, materialize, read_back, to_cpu_tensor,
                        to_device_array, to_host,
                        to_neuron, typed_scalar, view_values, whole_cell)

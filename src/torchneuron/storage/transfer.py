@@ -3,6 +3,8 @@ a tensor's values as a jax array, and the cached device scalars that carry Pytho
 numbers into executables."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -69,9 +71,19 @@ _scalar_cache: dict = {}
 _SCALAR_CACHE_MAX = 4096
 
 
+def number_key(v):
+    """A hashable key that tells apart numbers Python counts equal: -0.0 == 0.0 (and
+    complex zeros with either sign), which are different values to the device."""
+    if type(v) is float:
+        return (v, math.copysign(1.0, v))
+    if type(v) is complex:
+        return (v, math.copysign(1.0, v.real), math.copysign(1.0, v.imag))
+    return v
+
+
 def dyn_scalar(v, index: int):
     """A weakly typed device scalar for a Python number (cached per value)."""
-    key = (type(v), v, index)
+    key = (type(v), number_key(v), index)
     a = _scalar_cache.get(key)
     if a is None:
         if len(_scalar_cache) > _SCALAR_CACHE_MAX:
@@ -84,7 +96,7 @@ def dyn_scalar(v, index: int):
 def typed_scalar(t: torch.Tensor, index: int):
     """A device 0-d array for a CPU 0-d tensor (strongly typed, like a tensor)."""
     v = t.item()
-    key = (t.dtype, v, index, "t")
+    key = (t.dtype, number_key(v), index, "t")
     a = _scalar_cache.get(key)
     if a is None:
         if len(_scalar_cache) > _SCALAR_CACHE_MAX:
