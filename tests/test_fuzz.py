@@ -22,11 +22,11 @@ DEV = "neuron"
 def test_fixed_seed_batch_has_no_unexplained_mismatch(tmp_path):
     """A fixed-seed batch of random programs (op by op and torch.compile'd): every
     difference from the CPU is rounding or in tests/fuzz_allowlist.csv."""
-    fz = fuzz.Fuzzer(160, seed=20261202, mode="mixed", out=str(tmp_path), progress=False,
+    fz = fuzz.Fuzzer(300, seed=20261202, mode="mixed", out=str(tmp_path), progress=False,
                      max_failures=5)
     s = fz.run()
     c = s["counts"]
-    assert c["programs"] == 160
+    assert c["programs"] == 300
     assert c["eager"] > 0 and c["compiled"] > 0
     assert c["pass"] + c["rounding"] + c["allowed"] + c["mismatch"] == c["programs"]
     assert s["unexplained"] == 0, json.dumps(s["failures"], indent=1)
@@ -170,10 +170,13 @@ def _both(fn):
     for dev in ("cpu", DEV):
         with warnings.catch_warnings(record=True) as ws:
             warnings.simplefilter("always")
+            torch.set_warn_always(True)  # PyTorch's warn-once warnings, on both devices
             try:
                 v = fn(dev)
             except Exception as e:  # noqa: BLE001
                 v = e
+            finally:
+                torch.set_warn_always(False)
         out.append((v, [str(w.message).split(" (Triggered internally")[0] for w in ws
                          if "no native lowering" not in str(w.message)]))
     return out
@@ -279,6 +282,14 @@ REGRESSIONS = {
     "index_put_ shape error before dtype error": lambda d: torch.ones(1, 1, 1, device=d).__setitem__(
         torch.tensor([], dtype=torch.int64, device=d),
         torch.eye(0, 0, dtype=torch.float64, device=d)),
+    "cumsum float to int converts like the CPU": lambda d: (
+        torch.cumsum(torch.tensor([-1e-30, float("inf"), 3.7, -2.5], device=d), 0,
+                     dtype=torch.int64),
+        torch.cumsum(torch.tensor([-1e-30, float("inf"), 3.7, -2.5], device=d), 0,
+                     dtype=torch.uint8)),
+    "out= input shape check before dtype check": lambda d: (lambda v0: (
+        lambda v1: torch.fmax(v0, v1, out=v1))(torch.argmax(v0, 0)))(
+        torch.ones(1, 1, device=d)),
     "nansum to complex": lambda d: torch.nansum(torch.ones(2, device=d), dtype=torch.complex64),
     "a probe's error is not another exponent's": lambda d: (
         (lambda v: (pytest.raises(RuntimeError, v.pow, -1), torch.square(v))[1])(
@@ -324,6 +335,27 @@ def test_out_dtype_error_follows_the_default_dtype():
         torch.set_default_dtype(torch.float32)
         return tuple(msgs)
     _same(f)
+
+
+def test_warn_once_warnings_follow_torch():
+    """CPU's TORCH_WARN_ONCE warnings show once per process (every time with
+    torch.set_warn_always(True)): so do the device's."""
+    msg = "Casting complex values to real discards the imaginary part"
+    x = torch.tensor([1 + 1j], device=DEV)
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.prod(x, dtype=torch.float32)
+    assert sum(msg in str(w.message) for w in ws) <= 1
+    torch.set_warn_always(True)
+    try:
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                torch.prod(x, dtype=torch.float32)
+    finally:
+        torch.set_warn_always(False)
+    assert sum(msg in str(w.message) for w in ws) == 3
 
 
 def test_out_is_resized_before_a_dtype_error():

@@ -261,15 +261,18 @@ def tracing(meta=None, key=None, device=0, warnings=_KEEP):
         _ctx.meta, _ctx.key, _ctx.device, _ctx.keys_used, _ctx.warnings = saved
 
 
-def call_warning(msg: str) -> None:
+def call_warning(msg: str, once: bool = False) -> None:
     """A UserWarning PyTorch's kernel gives on every call with these arguments (a warning
-    raised while tracing would show only when the executable is built)."""
+    raised while tracing would show only when the executable is built); `once`: PyTorch's
+    TORCH_WARN_ONCE (once per process, unless ``torch.set_warn_always(True)``)."""
     if _ctx.warnings is None:
         import warnings as _w
 
         _w.warn(msg, UserWarning, stacklevel=3)
-    elif msg not in _ctx.warnings:
-        _ctx.warnings.append(msg)
+    else:
+        item = (msg, once)
+        if item not in _ctx.warnings:
+            _ctx.warnings.append(item)
 
 
 def trace_device() -> int:

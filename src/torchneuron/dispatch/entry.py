@@ -34,6 +34,7 @@ class Executable:
                  "overlaps")
 
 
+_warned_once: set = set()  # call_warning(once=True) messages already given
 cache_hits = collections.Counter()  # op name -> calls served by a cached executable
 cache_misses = collections.Counter()  # op name -> executables built
 CACHE_MAX = config.get("TORCHNEURON_EXECUTABLE_CACHE")
@@ -88,7 +89,11 @@ class Entry:
             res = exe.fn(*inputs)
         except Exception as e:  # noqa: BLE001
             raise translate_runtime_error(e, index) from None
-        for msg in exe.warn:  # (filled while the first call traces the lowering)
+        for msg, once in exe.warn:  # (filled while the first call traces the lowering)
+            if once and not torch.is_warn_always_enabled():
+                if msg in _warned_once:
+                    continue
+                _warned_once.add(msg)
             warnings.warn(msg, UserWarning, stacklevel=2)
         return self.finish(exe, res, w, args, kwargs)
 
@@ -222,8 +227,8 @@ class Entry:
         exe.overlaps = _aliased_pairs(self.op, sch, args) if mode == "inplace" else ()
         overlapped = any(t.overlap for grp in write_targets if grp is not None
                          for t in (grp if isinstance(grp, list) else [grp]))
-        exe.warn = [OVERLAP_WRITES[base_name]] if overlapped and OVERLAP_WRITES.get(base_name) \
-            else []
+        exe.warn = [(OVERLAP_WRITES[base_name], False)] \
+            if overlapped and OVERLAP_WRITES.get(base_name) else []
         if len(self.cache) >= CACHE_MAX:
             self.cache.popitem(last=False)
         self.cache[key] = exe
@@ -531,12 +536,23 @@ def out_kernel(out_op, func_op):
     def kernel(*args, **kwargs):
         outs = [kwargs[n] if n in kwargs else args[sch.names.index(n)] for n in out_names]
         if pointwise:  # TensorIterator checks memory overlap first, then shapes, then dtypes
+            ins = [a for k, a in enumerate(args) if k not in out_pos and isinstance(a, Tensor)]
             for o in outs:
                 if not isinstance(o, Tensor) or o.device.type != "neuron":
                     continue
-                for k, a in enumerate(args):
-                    if k not in out_pos and isinstance(a, Tensor) and a.device.type == "neuron":
+                for a in ins:
+                    if a.device.type == "neuron":
                         check_partial_overlap(o, a)
+            # an out tensor that is also an input is not resized
+            for o in outs:
+                if any(a is o for a in ins):
+                    try:
+                        shape = tuple(torch.broadcast_shapes(*[a.shape for a in ins]))
+                    except RuntimeError:
+                        break  # the meta kernel reports it
+                    if tuple(o.shape) != shape:
+                        raise RuntimeError(f"output with shape {list(o.shape)} doesn't match "
+                                           f"the broadcast shape {list(shape)}")
         checked = check_out_dtypes(out_op, args, kwargs)
         fkw = {k: v for k, v in kwargs.items() if k in fnames}
         try:
@@ -569,12 +585,6 @@ def out_kernel(out_op, func_op):
                 raise device_mismatch("neuron:0", o.device)
             if not checked:
                 check_cast(r.dtype, o.dtype)
-            if pointwise:
-                # an out tensor that is also an input is not resized (TensorIterator)
-                if any(a is o for k, a in enumerate(args) if k not in out_pos) \
-                        and tuple(o.shape) != tuple(r.shape):
-                    raise RuntimeError(f"output with shape {list(o.shape)} doesn't match the "
-                                       f"broadcast shape {list(r.shape)}")
             resize_output(o, r.shape)
             o.copy_(r)
         if sch.nreturns == 1:

@@ -68,7 +68,7 @@ def _sum_like(x, dim, keepdim, dtype, reduce, reduce_bool):
     axes = _axes(dim, x.ndim)
     out = sum_dtype(x, dtype)
     if is_complex(x.dtype) and not is_complex(out):
-        call_warning("Casting complex values to real discards the imaginary part")
+        call_warning("Casting complex values to real discards the imaginary part", once=True)
     if is_float(x.dtype) and not is_complex(x.dtype) and not is_float(out) and out != jnp.bool_:
         x = convert(x, out)  # float -> int as the CPU converts (wrapping for 8 bits), then sum
     xa = to_dtype(x, opmath(out))

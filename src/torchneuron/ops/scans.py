@@ -10,6 +10,7 @@ from jax import lax
 from ..lowering import call_warning, lower, out_dtype, sum_dtype
 from ..numerics import (
     canon_dim,
+    convert,
     is_complex,
     is_float,
     no_complex,
@@ -24,7 +25,9 @@ def _cum(x, dim, dtype, scan):
     """cumsum/cumprod in the opmath of the result dtype (bool counts as int64)."""
     out = sum_dtype(x, dtype)
     if jnp.issubdtype(x.dtype, jnp.complexfloating) and not jnp.issubdtype(out, jnp.complexfloating):
-        call_warning("Casting complex values to real discards the imaginary part")
+        call_warning("Casting complex values to real discards the imaginary part", once=True)
+    if is_float(x.dtype) and not is_complex(x.dtype) and not is_float(out) and out != jnp.bool_:
+        x = convert(x, out)  # float -> int as the CPU converts, then accumulate
     xa = to_dtype(x, opmath(out))
     if x.ndim == 0 or x.size == 0:
         return xa
