@@ -290,6 +290,28 @@ REGRESSIONS = {
     "out= input shape check before dtype check": lambda d: (lambda v0: (
         lambda v1: torch.fmax(v0, v1, out=v1))(torch.argmax(v0, 0)))(
         torch.ones(1, 1, device=d)),
+    "linspace to uint8 wraps like the CPU": lambda d: (
+        torch.linspace(1, -1, 2, dtype=torch.uint8, device=d),
+        torch.linspace(-1, 5, 4, dtype=torch.uint8, device=d)),
+    "median of empty tensors": lambda d: tuple(
+        torch.median(torch.zeros(0, dtype=dt, device=d)) for dt in
+        (torch.int64, torch.int32, torch.int16, torch.bool, torch.float32)),
+    "out= into an expanded tensor": lambda d: (lambda v: torch.neg(v, out=v.expand((2,))))(
+        torch.tensor(3.0, device=d)),
+    "in-place on an expanded tensor before the dtype check": lambda d: (
+        lambda v: v.div_(v))(torch.broadcast_to(torch.tensor(0, device=d), (2,))),
+    "conv bias of another dtype": lambda d: torch.nn.functional.conv1d(
+        torch.ones(1, 2, 5, device=d), torch.ones(3, 2, 3, device=d),
+        torch.ones(3, dtype=torch.float64, device=d)),
+    "conv module in float64 on a float32 input": lambda d: (
+        lambda m: m(torch.ones(1, 2, 5, device=d)))(
+        torch.nn.Conv1d(2, 3, 3, dtype=torch.float64).to(d)),
+    "complex to real copies warn like the CPU": lambda d: (
+        torch.zeros(2, device=d).copy_(torch.tensor([1 + 2j, 3j], device=d)),
+        torch.tensor([1 + 2j, 3j], device=d).to(torch.float32),
+        torch.zeros(2, device=d).copy_(torch.tensor([1 + 2j, 3j])),
+        torch.logical_and(torch.tensor([1 + 2j, 0j], device=d), torch.tensor([1j, 1j], device=d),
+                          out=torch.zeros(2, device=d))),
     "nansum to complex": lambda d: torch.nansum(torch.ones(2, device=d), dtype=torch.complex64),
     "a probe's error is not another exponent's": lambda d: (
         (lambda v: (pytest.raises(RuntimeError, v.pow, -1), torch.square(v))[1])(
@@ -300,6 +322,20 @@ REGRESSIONS = {
 @pytest.mark.parametrize("name", list(REGRESSIONS))
 def test_found_by_the_fuzzer(name):
     _same(REGRESSIONS[name])
+
+
+def test_compiled_as_strided_outside_a_view_runs_eagerly():
+    """as_strided of a view reaching storage outside the view's values (an offset before
+    it): the compiled graph runs that op outside XLA instead of crashing."""
+    def program(v0):
+        v1 = v0[None, ..., -1]
+        return [v1, v1.as_strided((1,), (0,), 0), v0.as_strided((2,), (1,), 0)]
+
+    want = program(torch.eye(1, 2))
+    torch._dynamo.reset()
+    got = torch.compile(program, backend="neuron")(torch.eye(1, 2, device=DEV))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w)
 
 
 def test_compiled_dtype_view_of_an_intermediate_aliases_it():

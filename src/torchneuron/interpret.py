@@ -215,7 +215,11 @@ def strided_view(x, x_meta, size, stride, storage_offset=None):
         return None
     base = x_meta.storage_offset()
     off = base if storage_offset is None else int(storage_offset)
-    spec = (x_meta.dtype, tuple(int(v) for v in size), tuple(int(v) for v in stride), off - base)
+    size, stride = tuple(int(v) for v in size), tuple(int(v) for v in stride)
+    span = sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else -1
+    if off < base or off - base + span >= max(x_meta.numel(), 1) and span >= 0:
+        return None  # it reads storage outside this tensor's values: not in the graph
+    spec = (x_meta.dtype, size, stride, off - base)
     return storage.read_view(jnp.reshape(x, (-1,)), spec)
 
 

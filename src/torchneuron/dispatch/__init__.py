@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .entry import (OVERLAP_WRITES, Entry, cache_hits, cache_misses, check_cast,  # noqa: F401
                     check_no_overlap, check_partial_overlap, overlap_status,
-                    out_kernel, resize_output)
+                    out_kernel, resize_output, warn_once)
 from .fallback import (FallbackError, cpu_fallback, decomposition_stats,  # noqa: F401
                        fallback_policy, fallback_stats, reset_fallback_stats, run_on_cpu,
                        set_fallback_policy)

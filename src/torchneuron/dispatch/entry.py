@@ -35,6 +35,15 @@ class Executable:
 
 
 _warned_once: set = set()  # call_warning(once=True) messages already given
+
+
+def warn_once(msg: str, stacklevel: int = 3) -> None:
+    """PyTorch's TORCH_WARN_ONCE: once per process unless torch.set_warn_always(True)."""
+    if not torch.is_warn_always_enabled():
+        if msg in _warned_once:
+            return
+        _warned_once.add(msg)
+    warnings.warn(msg, UserWarning, stacklevel=stacklevel)
 cache_hits = collections.Counter()  # op name -> calls served by a cached executable
 cache_misses = collections.Counter()  # op name -> executables built
 CACHE_MAX = config.get("TORCHNEURON_EXECUTABLE_CACHE")
@@ -128,6 +137,7 @@ class Entry:
         pointwise_inplace = self.mode == "inplace" and args and (
             torch.Tag.pointwise in self.op.tags or torch.Tag.pointwise in self.low.op.tags)
         if pointwise_inplace:  # TensorIterator: memory overlap first, then everything else
+            check_overlap(args[0], self.op._schema.name in OVERLAP_WRITES)
             check_partial_overlaps(_aliased_pairs(self.op, sch, args), args)
         # PyTorch's meta kernel validates and gives result dtypes/shapes/strides.
         meta_self = _meta.run_meta(self.op, meta_args, meta_kwargs)
@@ -540,6 +550,7 @@ def out_kernel(out_op, func_op):
             for o in outs:
                 if not isinstance(o, Tensor) or o.device.type != "neuron":
                     continue
+                check_overlap(o)
                 for a in ins:
                     if a.device.type == "neuron":
                         check_partial_overlap(o, a)

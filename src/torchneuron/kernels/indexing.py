@@ -282,8 +282,8 @@ def _index_put_kernel(op, low_op, mode):
         _check_index_dtypes(indices)
         if isinstance(values, torch.Tensor) and values.dtype != self.dtype:
             # the shapes are checked first (PyTorch's meta kernel, with matching dtypes)
-            margs, mkw = dispatch.to_meta((self, indices, values.to(self.dtype)) +
-                                          tuple(args[3:]), kwargs)
+            margs, mkw = dispatch.to_meta((self, indices, torch.empty(
+                values.shape, dtype=self.dtype, device="meta")) + tuple(args[3:]), kwargs)
             err = dispatch.cpu_error(op, list(margs), mkw)
             if err is not None and "shape" in str(err):
                 raise err

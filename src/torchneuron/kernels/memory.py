@@ -184,6 +184,9 @@ def _upload(src: torch.Tensor, index: int):
 
 @kernel('copy_.default')
 def copy_(self, src, non_blocking=False):
+    if src.is_complex() and not self.is_complex():  # (CPU's copy_ warns, once)
+        dispatch.warn_once("Casting complex values to real discards the imaginary part")
+        src = src.real  # (and no second warning from the host copy or from jax)
     if self.device.type == "neuron":
         if src.device.type == "neuron":
             if src.device.index != self.device.index:
@@ -237,6 +240,8 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         target = torch.device(target)
     dtype = dtype or self.dtype
     if self.device.type == "neuron" and target.type == "neuron":
+        if self.is_complex() and not dtype.is_complex:
+            dispatch.warn_once("Casting complex values to real discards the imaginary part")
         tidx = _index_of(target)
         if tidx == self.device.index:
             return _to_copy_entry(self, dtype=dtype, memory_format=memory_format)

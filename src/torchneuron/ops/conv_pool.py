@@ -88,7 +88,19 @@ def _conv_args(x, stride, padding, dilation, output_padding):
     return (_tup(stride, nd), _tup(padding, nd), _tup(dilation, nd), _tup(output_padding, nd))
 
 
-@lower("convolution.default", "convolution_overrideable.default", "_convolution.default")
+def _conv_check(input, weight, bias, *rest):
+    """at::native::_convolution's check_input_same_type_as_parameters (the meta kernel
+    promotes instead)."""
+    if input.dtype != weight.dtype:
+        raise RuntimeError(f"Input type ({input.type()}) and weight type ({weight.type()}) "
+                           "should be the same")
+    if bias is not None and bias.dtype != input.dtype:
+        raise RuntimeError(f"Input type ({str(input.dtype).replace('torch.', '')}) and bias "
+                           f"type ({str(bias.dtype).replace('torch.', '')}) should be the same")
+
+
+@lower("convolution.default", "convolution_overrideable.default", "_convolution.default",
+       check=_conv_check)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
                 groups, *rest):
     dt = out_dtype()

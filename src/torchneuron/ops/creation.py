@@ -182,13 +182,14 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     if jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_:
         s = jnp.trunc(start_.real if jnp.iscomplexobj(start_) else start_).astype(jnp.float64)
         e = jnp.trunc(end_.real if jnp.iscomplexobj(end_) else end_).astype(jnp.float64)
-        s, e = s.astype(dt).astype(jnp.float64), e.astype(dt).astype(jnp.float64)
+        # start.to<scalar_t>(): the CPU's conversion (wrapping: -1 -> 255 in uint8)
+        s, e = convert(s, dt).astype(jnp.float64), convert(e, dt).astype(jnp.float64)
         if steps == 1:
-            return jnp.broadcast_to(s, (1,)).astype(dt)
+            return convert(jnp.broadcast_to(s, (1,)), dt)
         step = (e - s) / (steps - 1)
         fi = i.astype(jnp.float64)
         vals = jnp.where(lower_half, s + step * fi, e - step * (steps - 1 - fi))
-        return jnp.trunc(vals).astype(dt)
+        return convert(jnp.trunc(vals), dt)
     if jnp.issubdtype(dt, jnp.complexfloating):
         part = jnp.float64 if dt == jnp.complex128 else jnp.float32
         s, e = start_.astype(dt), end_.astype(dt)

@@ -8,6 +8,7 @@ from ..lowering import lower
 from ..numerics import (
     canon_dim,
     cast,
+    convert,
     is_complex,
     is_float,
     need_nonempty_dim,
@@ -128,10 +129,11 @@ def _median_last(x, ignore_nan):
 def _median_all(x, ignore_nan):
     # CPU's kernels name themselves "median_cpu" (whole tensor) and "median_out" (along a
     # dim), for nanmedian too
+    if x.size == 0:  # CPU fills NaN before any dtype check (INT64_MIN for int64, True for bool)
+        return convert(jnp.full((), jnp.nan, jnp.float64), x.dtype) if not is_float(x.dtype) \
+            else jnp.full((), jnp.nan, x.dtype)
     no_complex("median_cpu", x)
     no_bool("median_cpu", x)
-    if x.size == 0:
-        return jnp.full((), jnp.nan, x.dtype) if is_float(x.dtype) else jnp.zeros((), x.dtype)
     v, i, pos = _median_last(x.reshape(-1), ignore_nan)
     return jnp.take(v, pos)
 

@@ -279,7 +279,8 @@ def normalize(msg: str) -> str:
     """An error or warning message with device names and addresses blanked."""
     msg = msg.split("\n\nWhile executing")[0]
     msg = _TRIGGERED_RE.sub("", msg)
-    return _ADDR_RE.sub("0x?", _DEV_RE.sub("DEV", msg)).strip()
+    msg = _ADDR_RE.sub("0x?", _DEV_RE.sub("DEV", msg)).strip()
+    return msg.replace("torch.DEV.", "torch.")  # tensor type names: torch.neuron.FloatTensor
 
 
 def _ignored_warning(w) -> bool:
@@ -320,8 +321,9 @@ def _describe(v, opaque=False) -> Value:
         return Value("none")
     if isinstance(v, (bool, int, float, complex)):
         return Value("scalar", data=v, opaque=opaque)
-    if isinstance(v, str):  # (a repr: the device suffix is the one expected difference)
-        return Value("scalar", data=normalize(v).replace(", device='DEV'", ""), opaque=opaque)
+    if isinstance(v, str):  # (a repr: the device suffix, and where lines wrap, may differ)
+        return Value("scalar", data=" ".join(normalize(v).replace(", device='DEV'", "").split()),
+                     opaque=opaque)
     if isinstance(v, (torch.dtype, torch.Size)):
         return Value("scalar", data=str(v))
     return Value("other", data=type(v).__name__)
