@@ -312,6 +312,7 @@ REGRESSIONS = {
         torch.zeros(2, device=d).copy_(torch.tensor([1 + 2j, 3j])),
         torch.logical_and(torch.tensor([1 + 2j, 0j], device=d), torch.tensor([1j, 1j], device=d),
                           out=torch.zeros(2, device=d))),
+    "std of an empty tensor warns": lambda d: torch.std(torch.ones(1, 2, 0, device=d), 1),
     "nansum to complex": lambda d: torch.nansum(torch.ones(2, device=d), dtype=torch.complex64),
     "a probe's error is not another exponent's": lambda d: (
         (lambda v: (pytest.raises(RuntimeError, v.pow, -1), torch.square(v))[1])(

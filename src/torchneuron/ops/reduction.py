@@ -241,7 +241,7 @@ def _var_mean(x, dim, correction, keepdim, name="var"):
     d = xa - m
     sq = d.real * d.real + d.imag * d.imag if is_complex(d.dtype) else d * d
     denom = max(n - correction, 0)
-    if denom <= 0:  # CPU warns on every call (so does the executable)
+    if denom <= 0 or x.size == 0:  # (CPU's degrees of freedom: numel / output numel, 0 if empty)  # CPU warns on every call (so does the executable)
         call_warning(f"{name}(): degrees of freedom is <= 0. Correction should be strictly "
                      "less than the reduction factor (input numel divided by output numel).")
     var = jnp.sum(sq, axis=axes, keepdims=keepdim) / jnp.asarray(denom, rdt)

@@ -508,7 +508,9 @@ class Fuzzer:
             program, m = small, m2
         f = self.failures[sig]
         f.update(kind=m.kind, op=m.name, detail=m.detail[:500], step=m.step, source=m.src,
-                 compiled=program.compiled, steps=len(program.steps))
+                 compiled=program.compiled, steps=len(program.steps),
+                 program=[[s.name, s.src, list(s.uses), s.opaque, s.compilable, s.is_input]
+                          for s in program.steps])
         if self.out:
             os.makedirs(self.out, exist_ok=True)
             fname = re.sub(r"[^A-Za-z0-9_]+", "_", sig).strip("_") + ".py"
