@@ -34,7 +34,7 @@ class Executable:
                  "overlaps")
 
 
-_warned_once: set = set()  # call_warning(once=True) messages already given
+_warned_once: set = set()  # warn_once messages already given
 
 
 def warn_once(msg: str, stacklevel: int = 3) -> None:
@@ -44,6 +44,8 @@ def warn_once(msg: str, stacklevel: int = 3) -> None:
             return
         _warned_once.add(msg)
     warnings.warn(msg, UserWarning, stacklevel=stacklevel)
+
+
 cache_hits = collections.Counter()  # op name -> calls served by a cached executable
 cache_misses = collections.Counter()  # op name -> executables built
 CACHE_MAX = config.get("TORCHNEURON_EXECUTABLE_CACHE")
@@ -99,11 +101,10 @@ class Entry:
         except Exception as e:  # noqa: BLE001
             raise translate_runtime_error(e, index) from None
         for msg, once in exe.warn:  # (filled while the first call traces the lowering)
-            if once and not torch.is_warn_always_enabled():
-                if msg in _warned_once:
-                    continue
-                _warned_once.add(msg)
-            warnings.warn(msg, UserWarning, stacklevel=2)
+            if once:
+                warn_once(msg)
+            else:
+                warnings.warn(msg, UserWarning, stacklevel=2)
         return self.finish(exe, res, w, args, kwargs)
 
     @staticmethod
