@@ -47,13 +47,17 @@ class Lowering:
       gives an argument by schema name; PyTorch's own (meta) errors come first.
     compile_only: used inside compiled and decomposed graphs only (views and
       allocations, whose eager kernels are PyTorch's own or storage's).
+    device_meta(*meta_args, **meta_kwargs): the result on meta tensors for eager
+      execution, where PyTorch's meta kernel applies another device's rules (a meta
+      tensor tells a Python meta kernel it is on CUDA: `_scaled_mm`'s layout and
+      alignment rules); compiled graphs see the neuron device and need none.
     """
 
     __slots__ = ("op", "fn", "static", "random", "name", "normalize", "check", "bounds",
-                 "compile_only", "where", "family")
+                 "compile_only", "where", "family", "device_meta")
 
     def __init__(self, op, fn, static=(), random=False, normalize=None, check=None,
-                 bounds=None, compile_only=False, where=None, family=None):
+                 bounds=None, compile_only=False, where=None, family=None, device_meta=None):
         self.op = op
         self.fn = fn
         self.static = frozenset(static)
@@ -65,6 +69,7 @@ class Lowering:
         self.compile_only = compile_only
         self.where = where
         self.family = family
+        self.device_meta = device_meta
 
     @property
     def has_extras(self) -> bool:
@@ -138,7 +143,7 @@ def meta_kernel(name: str, fn, replace: bool = False) -> None:
 
 
 def lower(*names, static=(), random=False, probe=False, normalize=None, check=None,
-          bounds=None, meta=None, compile_only=False):
+          bounds=None, meta=None, compile_only=False, device_meta=None):
     """Decorator: declare `fn` as the lowering of each named aten overload.
 
     probe: check the argument dtypes against PyTorch's CPU kernel at trace time
@@ -166,7 +171,7 @@ def lower(*names, static=(), random=False, probe=False, normalize=None, check=No
                 raise DuplicateRegistration(f"torchneuron: {op} is lowered twice: {old.where} "
                                             f"and {where}")
             LOWERINGS[op] = Lowering(op, f, static, random, normalize, check, bounds,
-                                     compile_only, where, family_of(fn))
+                                     compile_only, where, family_of(fn), device_meta)
             if meta is not None:
                 meta_kernel(op.name().split("::", 1)[1].removesuffix(".default"), meta)
         return fn

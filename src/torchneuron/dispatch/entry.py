@@ -141,7 +141,8 @@ class Entry:
             check_overlap(args[0], self.op._schema.name in OVERLAP_WRITES)
             check_partial_overlaps(_aliased_pairs(self.op, sch, args), args)
         # PyTorch's meta kernel validates and gives result dtypes/shapes/strides.
-        meta_self = _meta.run_meta(self.op, meta_args, meta_kwargs)
+        meta_self = _meta.run_meta(self.op, meta_args, meta_kwargs,
+                                   self.low.device_meta if self.op is self.low.op else None)
         if pointwise_inplace:
             check_inplace_shape(meta_self, args[0])
         func_op = self.low.op

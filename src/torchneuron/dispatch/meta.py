@@ -48,14 +48,16 @@ def _snapshot(v):
     return v
 
 
-def run_meta(op, margs, mkwargs):
+def run_meta(op, margs, mkwargs, device_meta=None):
+    """`op` on meta tensors (or the lowering's `device_meta` in its place), its errors in
+    the CPU kernel's wording and its warnings re-emitted."""
     # the arguments as they were: a Python meta reference can resize an out= or in-place
     # argument before it raises, and the CPU's error must see the original shapes
     before = ([_snapshot(a) for a in margs], {k: _snapshot(v) for k, v in mkwargs.items()})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = op(*margs, **mkwargs)
+            result = (device_meta or op)(*margs, **mkwargs)
         except NotImplementedError as e:
             msg = str(e)
             if "not implemented for '" in msg:  # a dtype the kernel refuses: PyTorch's error

@@ -176,6 +176,132 @@ def addr(self, v1, v2, *, beta=1, alpha=1):
     return _add_beta(prod, self, beta, alpha, dt)
 
 
+# ---------------------------------------------------------------- low-precision products
+# FP8 `_scaled_mm` (tensor-wise and row-wise scales) and int8 `_int_mm`, computed as
+# PyTorch's CPU kernel defines them: fp8 values widened to float32 and multiplied by
+# their scales, one float32 product at HIGHEST precision, the bias added, fp8 results
+# divided by `scale_result`, then rounded to the result type once.  XLA picks the
+# hardware path (fp8 tensor cores on a GPU that has them) from the same program.
+_FP8_OUT = None  # the two fp8 dtypes whose results CPU divides by scale_result
+
+
+def _fp8_out_dtypes():
+    global _FP8_OUT
+    if _FP8_OUT is None:
+        import torch
+
+        _FP8_OUT = (torch.float8_e4m3fn, torch.float8_e5m2)
+    return _FP8_OUT
+
+
+def _is_float8(t):
+    return t.dtype.is_floating_point and t.dtype.itemsize == 1
+
+
+def _tensorwise(mat, scale):
+    import torch
+
+    return _is_float8(mat) and scale.dtype == torch.float32 and scale.numel() == 1
+
+
+def _rowwise(mat, scale):
+    import torch
+
+    return (_is_float8(mat) and scale.dtype == torch.float32 and scale.dim() == 2
+            and scale.size(0) == mat.size(0) and scale.size(1) == 1 and scale.is_contiguous())
+
+
+def _scaled_mm_check(self, mat2, scale_a, scale_b, bias=None, scale_result=None,
+                     out_dtype=None, use_fast_accum=False, *, out=None):
+    """_scaled_mm_out_cpu's argument checks, in its order (the meta kernel checks only
+    ranks and dtypes on devices other than cpu/cuda/xpu)."""
+    import torch
+
+    if out is not None and out_dtype is not None and out_dtype != out.dtype:
+        raise ValueError("out_dtype must match output matrix type")
+    if self.dim() != 2 or mat2.dim() != 2:
+        return  # the meta kernel's error
+    tensorwise = _tensorwise(self, scale_a) and _tensorwise(mat2.t(), scale_b.t())
+    if not tensorwise and not (_rowwise(self, scale_a) and _rowwise(mat2.t(), scale_b.t())):
+        raise ValueError(
+            "Invalid scaling configuration.\n"
+            "- For TensorWise scaling, a and b should be float8, scales should be float and "
+            "singletons.\n"
+            "- For RowWise scaling, a and b should be float8, scales should be float, scale_a "
+            f"should be ({self.size(0)}, 1) and scale_b should be (1, {mat2.size(1)}), and both "
+            "should be contiguous.\n"
+            f"Got mat_a.dtype()={scalar_type_name(self.dtype)}, "
+            f"scale_a.dtype()={scalar_type_name(scale_a.dtype)}, "
+            f"scale_a.size()={list(scale_a.shape)}, scale_a.stride()={list(scale_a.stride())}, "
+            f"mat_b.dtype()={scalar_type_name(mat2.dtype)}, "
+            f"scale_b.dtype()={scalar_type_name(scale_b.dtype)}, "
+            f"scale_b.size()={list(scale_b.shape)} and scale_b.stride()={list(scale_b.stride())}")
+    if not tensorwise:
+        for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if s.stride(1) != 1:
+                raise ValueError(f"expected {name}.stride(1) to be 1, but got {s.stride(1)}")
+    if self.size(1) != mat2.size(0):
+        raise RuntimeError(
+            f"mat_a and mat_b shapes cannot be multiplied ({self.size(0)}x{self.size(1)} and "
+            f"{mat2.size(0)}x{mat2.size(1)})")
+    if scale_result is not None and (scale_result.numel() != 1
+                                     or scale_result.dtype != torch.float32):
+        raise RuntimeError("scale_result must be a float scalar")
+    if bias is not None:
+        if bias.numel() != mat2.size(1):
+            raise RuntimeError(f"Bias must be size {mat2.size(1)} but got {bias.numel()}")
+        # CPU adds the bias in place into the float32 product: add_'s shape rule
+        out_shape = torch.Size([self.size(0), mat2.size(1)])
+        shape = torch._C._infer_size(out_shape, bias.shape)
+        if shape != out_shape:
+            raise RuntimeError(f"output with shape {list(out_shape)} doesn't match the "
+                               f"broadcast shape {list(shape)}")
+
+
+def _scaled_mm_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=None,
+                    out_dtype=None, use_fast_accum=False):
+    """PyTorch's meta kernel without CUDA's layout rules (row-major a, column-major b,
+    sizes divisible by 16), which it applies to every meta tensor: the CPU has none."""
+    import torch
+
+    if self.dim() != 2 or mat2.dim() != 2:
+        raise RuntimeError(f"Inputs must be 2D but got self.dim()={self.dim()} and "
+                           f"mat2.dim()={mat2.dim()}")
+    if not (_is_float8(self) and _is_float8(mat2)):
+        raise RuntimeError(f"Expected both inputs to be fp8 or fp4 types but got "
+                           f"self.dtype={self.dtype} and mat2.dtype={mat2.dtype}")
+    return torch.empty(self.size(0), mat2.size(1), dtype=out_dtype or self.dtype,
+                       device=self.device)
+
+
+@lower("_scaled_mm.default", check=_scaled_mm_check, device_meta=_scaled_mm_meta)
+def scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+              use_fast_accum=False):
+    f32 = jnp.dtype(jnp.float32)
+    if scale_a.size == 1 and scale_b.size == 1:  # tensor-wise: one float each
+        scale_a, scale_b = scale_a.reshape(()), scale_b.reshape(())
+    else:  # row-wise: (M, 1) and (1, N)
+        scale_a, scale_b = scale_a.reshape(-1, 1), scale_b.reshape(1, -1)
+    a = cast(self, f32) * cast(scale_a, f32)
+    b = cast(mat2, f32) * cast(scale_b, f32)
+    r = lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=HIGHEST,
+                        preferred_element_type=f32)
+    if bias is not None:  # out_tmp.add_(bias): computed in the common type, kept float32
+        bt = jnp.dtype(bias.dtype)
+        acc = jnp.promote_types(f32, bt) if jnp.issubdtype(bt, jnp.floating) else f32
+        r = cast(cast(r, acc) + cast(bias, acc), f32)
+    if scale_result is not None and out_dtype in _fp8_out_dtypes():
+        r = r * (jnp.asarray(1, f32) / cast(scale_result.reshape(()), f32))
+    return r
+
+
+@lower("_int_mm.default")
+def int_mm(self, mat2):
+    i32 = jnp.int32
+    return lax.dot_general(cast(self, i32), cast(mat2, i32), (((1,), (0,)), ((), ())),
+                           preferred_element_type=i32)
+
+
 # ---------------------------------------------------------------- dense linear algebra
 # jnp.linalg / lax.linalg (LAPACK on CPU, cuSOLVER on GPU).  Factorizations return
 # PyTorch's conventions: LAPACK pivots (int32, 1-based), `info` computed on the
