@@ -465,3 +465,70 @@ def col2im(x, output_size, kernel_size, dilation, padding, stride):
                       in_shape, acc, xb)
     r = r.astype(x.dtype)
     return r if batched else r[0]
+
+
+# ---------------------------------------------------------------- jagged <-> padded
+# The dense kernels under nested tensors with the jagged layout (NJT): to_padded_tensor,
+# softmax / layer_norm / SDPA over the ragged dimension, and their gradients.  One gather
+# each way, with PyTorch's CPU semantics: sequences longer than the padded length are
+# cut, padded positions past a sequence read `padding_value`, jagged rows past the last
+# offset (or past the padded length) are zero.
+def _one_jagged_dim(offsets, max_lengths=(0,)):
+    if len(offsets) != 1 or len(max_lengths) != 1:
+        raise RuntimeError("Only one jagged dim is supported for now")
+
+
+@lower("_jagged_to_padded_dense_forward.default")
+def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
+    _one_jagged_dim(offsets, max_lengths)
+    off = offsets[0].astype(jnp.int64)
+    s_len = int(max_lengths[0])
+    batch = off.shape[0] - 1
+    pos = jnp.arange(s_len, dtype=jnp.int64)
+    idx = off[:-1, None] + pos[None, :]  # (B, S) rows of values
+    valid = pos[None, :] < (off[1:] - off[:-1])[:, None]
+    rest = values.shape[1:]
+    pad = jnp.full((batch, s_len) + rest, padding_value, dtype=values.dtype)
+    if values.shape[0] == 0:
+        return pad
+    rows = jnp.take(values, jnp.clip(idx, 0, values.shape[0] - 1), axis=0)
+    mask = valid.reshape(valid.shape + (1,) * len(rest))
+    return jnp.where(mask, rows, pad)
+
+
+def _padded_to_jagged_normalize(dense, offsets, total_L=None):
+    if total_L is None and len(offsets) == 1:  # the last offset, read back (CUDA syncs too)
+        total_L = int(read_back(_last, offsets[0]))
+    return (dense, offsets, total_L), {}
+
+
+def _last(x):
+    return x[-1]
+
+
+def _padded_to_jagged_meta(dense, offsets, total_L=None):
+    _one_jagged_dim(offsets)
+    if total_L is None:
+        raise RuntimeError("_padded_dense_to_jagged_forward: total_L is needed to know the "
+                           "result's size without reading the offsets")
+    return dense.new_empty((total_L,) + tuple(dense.shape[2:]))
+
+
+@lower("_padded_dense_to_jagged_forward.default", normalize=_padded_to_jagged_normalize,
+       meta=_padded_to_jagged_meta)
+def padded_dense_to_jagged(dense, offsets, total_L=None):
+    _one_jagged_dim(offsets)
+    off = offsets[0].astype(jnp.int64)
+    total = _shape()[0]
+    batch, s_len = dense.shape[0], dense.shape[1]
+    rest = dense.shape[2:]
+    zeros = jnp.zeros((total,) + rest, dense.dtype)
+    if batch == 0 or s_len == 0 or total == 0:
+        return zeros
+    i = jnp.arange(total, dtype=jnp.int64)
+    b = jnp.searchsorted(off, i, side="right") - 1
+    s = i - off[jnp.clip(b, 0, batch)]
+    valid = (b >= 0) & (b < batch) & (s < s_len)
+    flat = dense.reshape((batch * s_len,) + rest)
+    rows = jnp.take(flat, jnp.clip(b, 0, batch - 1) * s_len + jnp.clip(s, 0, s_len - 1), axis=0)
+    return jnp.where(valid.reshape(valid.shape + (1,) * len(rest)), rows, zeros)

@@ -1,0 +1,124 @@
+"""Nested tensors with the jagged layout (NJT) on the device, against the same program on
+the CPU, natively (fallback policy "error").
+
+NJT is PyTorch's own Python subclass over a dense `values` buffer and `offsets`: its ops
+become dense ops on the buffer (ours), plus the two jagged <-> padded conversions that
+to_padded_tensor, softmax over the ragged dimension and their gradients use (lowered in
+ops/shape.py).  SDPA over jagged batches, the gradient of a mean over the ragged dimension and
+torch.compile over NJTs are documented gaps (docs/limitations.md).
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import DEV, native_only
+
+LENGTHS = (2, 5, 3)
+
+
+def _njt(device, width=8, lengths=LENGTHS, grad=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    parts = [torch.randn(n, width, generator=g).to(device) for n in lengths]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "nested tensors are in prototype stage"
+        return torch.nested.nested_tensor(parts, layout=torch.jagged, requires_grad=grad)
+
+
+def _padded(t, value=0.0):
+    return torch.nested.to_padded_tensor(t, value) if t.is_nested else t
+
+
+def _same(fn, atol=1e-6, grad=False, **kw):
+    """fn(njt, device) on the CPU and on the device: equal padded results (and input
+    gradients of the sum of the padded result)."""
+    out = {}
+    for device in ("cpu", DEV):
+        x = _njt(device, grad=grad, **kw)
+        ctx = native_only() if device == DEV else warnings.catch_warnings()
+        with ctx:
+            r = fn(x, device)
+            p = _padded(r)
+            if grad:
+                p.sum().backward()
+        if device == DEV:
+            assert r.device.type == "neuron"
+        out[device] = (p.detach().cpu(), _padded(x.grad).cpu() if grad else None)
+    (e, eg), (a, ag) = out["cpu"], out[DEV]
+    torch.testing.assert_close(a, e, atol=atol, rtol=1e-5)
+    if grad:
+        torch.testing.assert_close(ag, eg, atol=atol, rtol=1e-5)
+
+
+_W = torch.randn(6, 8, generator=torch.Generator().manual_seed(5))
+_B = torch.randn(6, generator=torch.Generator().manual_seed(6))
+
+CASES = {
+    "sin": lambda x, d: x.sin(),
+    "relu * scalar + scalar": lambda x, d: x.relu() * 3 + 1,
+    "mul with itself": lambda x, d: x * x,
+    "linear": lambda x, d: F.linear(x, _W.to(d), _B.to(d)),
+    "softmax last dim": lambda x, d: x.softmax(-1),
+    "softmax ragged dim": lambda x, d: x.softmax(1),
+    "layer_norm": lambda x, d: F.layer_norm(x, (8,)),
+    "sum last dim": lambda x, d: x.sum(-1),
+    "mean ragged dim": lambda x, d: x.mean(1),
+    "to_padded_tensor": lambda x, d: torch.nested.to_padded_tensor(x, -1.5),
+    "to_padded_tensor cut": lambda x, d: torch.nested.to_padded_tensor(x, 0.0, (3, 4, 8)),
+    "gelu(linear)": lambda x, d: F.gelu(F.linear(x, _W.to(d))),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_njt_forward(case):
+    _same(CASES[case])
+
+
+@pytest.mark.parametrize("case", ["linear", "softmax ragged dim", "layer_norm", "gelu(linear)",
+                                  "relu * scalar + scalar"])
+def test_njt_backward(case):
+    _same(CASES[case], grad=True)
+
+
+def test_njt_from_padded_round_trip():
+    """to_padded_tensor, then back to a jagged tensor over the same offsets."""
+    def fn(x, d):
+        padded = torch.nested.to_padded_tensor(x, 0.0)
+        return torch.nested.nested_tensor_from_jagged(padded.reshape(-1, 8)[_rows(d)],
+                                                      x.offsets())
+    _same(fn)
+
+
+def _rows(device):
+    idx = [b * max(LENGTHS) + s for b, n in enumerate(LENGTHS) for s in range(n)]
+    return torch.tensor(idx, device=device)
+
+
+@pytest.mark.parametrize("total,lengths", [(10, (2, 5, 3)), (7, (0, 4, 3)), (0, (0, 0))])
+def test_padded_dense_to_jagged_op(total, lengths):
+    """The aten op directly: rows past a sequence's padded length or the last offset are 0."""
+    b, s = len(lengths), 6
+    dense = torch.randn(b, s, 3, generator=torch.Generator().manual_seed(2))
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    expected = torch.ops.aten._padded_dense_to_jagged_forward(dense, [offsets], total)
+    with native_only():
+        actual = torch.ops.aten._padded_dense_to_jagged_forward(dense.to(DEV), [offsets.to(DEV)],
+                                                                total)
+        unsized = torch.ops.aten._padded_dense_to_jagged_forward(dense.to(DEV), [offsets.to(DEV)])
+    assert torch.equal(actual.cpu(), expected)
+    assert torch.equal(unsized.cpu(), torch.ops.aten._padded_dense_to_jagged_forward(
+        dense, [offsets]))
+
+
+@pytest.mark.parametrize("max_len,pad", [(5, 0.0), (3, -7.0), (0, 1.0)])
+def test_jagged_to_padded_dense_op(max_len, pad):
+    values = torch.randn(10, 3, generator=torch.Generator().manual_seed(3))
+    offsets = torch.tensor([0, 2, 7, 10])
+    expected = torch.ops.aten._jagged_to_padded_dense_forward(values, [offsets], [max_len], pad)
+    with native_only():
+        actual = torch.ops.aten._jagged_to_padded_dense_forward(values.to(DEV), [offsets.to(DEV)],
+                                                                [max_len], pad)
+    assert torch.equal(actual.cpu(), expected)
