@@ -216,3 +216,18 @@ def test_upload_of_a_tensor_that_requires_grad_is_differentiable():
     d.sum().backward()
     assert torch.equal(a.grad, torch.arange(4.0).expand(3, 4) + 1)
     assert_same(d.detach(), a.detach())
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.ones(1, 16).t(),                       # strides (1, 16): size-1 dim
+    lambda: torch.arange(6.).reshape(2, 1, 3).permute(1, 2, 0),
+    lambda: torch.arange(12.).reshape(3, 4).t(),
+    lambda: torch.arange(4.).reshape(4, 1)[:, :1].expand(4, 1),
+], ids=["size1-transposed", "permuted-size1", "transposed", "column"])
+def test_copies_keep_strides_like_cuda(make):
+    """`.to()` with preserve_format keeps a dense tensor's strides, size-1 dims included
+    (as CUDA's copies do, through empty_like), both ways."""
+    x = make()
+    d = x.to(DEV)
+    assert d.stride() == x.stride()
+    assert torch.equal(d.cpu(), x) and d.cpu().stride() == x.stride()

@@ -256,7 +256,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
             host = host.to(dtype)
         if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
             host = host.contiguous(memory_format=memory_format)
-        elif memory_format in (None, torch.preserve_format) and not self.is_contiguous():
+        elif memory_format in (None, torch.preserve_format) and _strided(self):
             strided = torch.empty_like(self, device="cpu", dtype=dtype)
             strided.copy_(host)
             host = strided
@@ -269,7 +269,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
     if src.dtype != dtype:
         src = src.to(dtype)
     if memory_format in (None, torch.preserve_format):
-        if not src.is_contiguous() and storage.perm_plan(tuple(src.shape), src.stride()) is not None:
+        if _strided(src) and storage.perm_plan(tuple(src.shape), src.stride()) is not None:
             strides = src.stride()
             out = storage.empty(tuple(src.shape), dtype, idx, strides)
             assign(out, _upload(src, idx))
@@ -280,6 +280,13 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         assign(out, _upload(src, idx))
         return out
     return storage.to_neuron(src, idx)
+
+
+def _strided(t):
+    """Whether a preserve_format copy must lay `t` out with strides of its own: they differ
+    from the contiguous ones (also only on size-1 dims, which `is_contiguous` ignores but
+    CUDA's copies keep, as empty_like does)."""
+    return t.numel() > 0 and tuple(t.stride()) != storage.contiguous_strides(tuple(t.shape))
 
 
 def _plain(t):
