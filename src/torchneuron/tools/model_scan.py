@@ -79,7 +79,10 @@ CAUSES: list = [
      "config variant); the warm CPU forward alone takes 19-23 s for sam2 and sam3_tracker "
      "(device 23-25 s) and 12 s for sam2_hiera_det_model, and the remaining stages with their "
      "CPU references run past the 300 s per-model limit (sam3_lite_text: not measured). Not a "
-     "device failure; a smaller image config would fit."),
+     "device failure; a smaller image config would fit. The same budget also ends align, "
+     "efficientnet (the milder variant keeps 64M parameters), textnet (bf16) and, when the "
+     "machine is shared, a few others: their stage times were not measured separately; "
+     "`torchneuron scan --redo --only NAME` on an idle machine or a larger --timeout decides."),
     ("backward|bf16|autocast", r"^MISMATCH: values",
      "grounding-dino only, not a device bug: the reference is discontinuous. Backward: the "
      "gradient of bilinear grid_sample w.r.t. the sampling location jumps at pixel-cell edges, "
