@@ -167,3 +167,27 @@ def test_rounding_is_judged_against_float64(dev_err, cpu_err, ok):
     want = {"g": torch.tensor([cpu_err, 0, 0, 0])}
     got = {"g": torch.tensor([0, dev_err, 0, 0])}
     assert W.rounding_only(got, want, ref, W.TOL["backward"]) is ok
+
+
+def test_float64_judge_widens_float_and_restores():
+    """The float64 judge runs models that make float32 tensors themselves in float64 (the
+    default dtype and Tensor.float()), and puts both back afterwards, also on an error."""
+    before = torch.Tensor.float
+    with W._float64_default():
+        assert torch.zeros(2).dtype == torch.float64
+        assert torch.arange(3).float().dtype == torch.float64
+    assert torch.get_default_dtype() == torch.float32 and torch.Tensor.float is before
+    with pytest.raises(ValueError), W._float64_default():
+        raise ValueError
+    assert torch.zeros(2).dtype == torch.float32 and torch.arange(3).float().dtype == torch.float32
+
+
+def test_report_keeps_the_whole_scans_command(tmp_path):
+    results = {"gpt2": _rec("gpt2", forward="PASS", backward="PASS")}
+    meta = {"command": "torchneuron scan", "date": "d1",
+            "updates": [{"command": "torchneuron scan --redo --only gpt2", "date": "d2"}]}
+    S.write_reports(results, meta, str(tmp_path / "r.json"), str(tmp_path / "m.md"),
+                    str(tmp_path / "c.png"))
+    md = (tmp_path / "m.md").read_text()
+    assert "- command: `torchneuron scan`\n- date: d1\n" in md
+    assert "- then: `torchneuron scan --redo --only gpt2` (d2)\n" in md
