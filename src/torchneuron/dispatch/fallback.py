@@ -199,6 +199,12 @@ def run_on_cpu(op, args, kwargs):
     mutated_by_cpu = {id(cv): nv for nv, cv in mutated}
 
     def back(r):
+        if isinstance(r, Tensor) and r.layout != torch.strided:
+            if r.layout == torch.sparse_coo:  # its indices and values move to the device
+                return r.to(torch.device("neuron", index))
+            raise NotImplementedError(
+                f"torchneuron: {op.name()} returns a {r.layout} tensor, and {r.layout} tensors "
+                "are not supported on the neuron device (sparse COO is; docs/limitations.md)")
         if isinstance(r, Tensor):
             if id(r) in mutated_by_cpu:
                 return mutated_by_cpu[id(r)]

@@ -1,0 +1,387 @@
+"""Sparse COO tensors on the device.
+
+A sparse COO tensor on ``neuron`` is PyTorch's own ``SparseTensorImpl`` (dispatch key
+SparsePrivateUse1) whose ``indices`` (int64, sparse_dim x nnz) and ``values`` (nnz x dense
+dims) are ordinary device tensors.  Two kinds of kernels serve the key:
+
+* metadata and allocation ops (creation from indices and values, ``_indices``, ``_nnz``,
+  ``sparse_resize_``, ``zero_``, ...) redispatch to PyTorch's SparseMeta kernels: they only
+  touch the impl's fields and call device ops on the two inner tensors, which land on our
+  dense kernels;
+* compute ops (``coalesce``, ``to_dense``, dense -> sparse, ``mm``/``addmm`` with a dense
+  matrix, ``sparse_mask`` (their gradients), elementwise with scalars, zero-preserving unary
+  ops, ``sum``, adding a sparse tensor to a dense one) are compositions of native dense ops
+  (``unique``, ``index_add``, ``index_put`` with accumulation, ``nonzero``, gathers), so the
+  same arithmetic runs on the device as everywhere else.
+
+Any other op on a sparse device tensor raises PyTorch's own NotImplementedError for the
+'SparsePrivateUse1' backend (docs/limitations.md lists what is covered).
+"""
+from __future__ import annotations
+
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+from .. import dispatch
+from ..lowering import resolve
+from ..dispatch import kernel
+
+aten = torch.ops.aten
+KEY = "SparsePrivateUse1"
+_SPARSE_META = DispatchKeySet(DispatchKey.SparseMeta)
+
+
+# ---------------------------------------------------------------- metadata (SparseMeta)
+def _redispatch_meta(op):
+    h = op._handle
+
+    def k(*args, **kwargs):
+        return h.redispatch_boxed(_SPARSE_META, *args, **kwargs)
+
+    return k
+
+
+_META_OPS = [
+    "_sparse_coo_tensor_with_dims.default", "_sparse_coo_tensor_with_dims_and_tensors.default",
+    "_indices.default", "_values.default", "indices.default", "values.default",
+    "_nnz.default", "sparse_dim.default", "dense_dim.default", "_dimV.default",
+    "is_coalesced.default", "_coalesced_.default", "sparse_resize_.default",
+    "sparse_resize_and_clear_.default", "empty.memory_format", "empty_like.default",
+    "zero_.default", "zeros.out", "copy_sparse_to_sparse_.default",
+]
+for _name in _META_OPS:
+    try:
+        _op = resolve(_name)
+    except AttributeError:  # not in this torch
+        continue
+    dispatch.declare(_op, _redispatch_meta(_op), KEY)
+
+
+@kernel("_dimI.default", key=KEY)
+def _dim_i(self):
+    return self.sparse_dim()
+
+
+# ---------------------------------------------------------------- helpers
+def _make(sparse_dim, dense_dim, size, indices, values, coalesced):
+    return aten._sparse_coo_tensor_with_dims_and_tensors(
+        sparse_dim, dense_dim, list(size), indices, values, dtype=values.dtype,
+        layout=torch.sparse_coo, device=values.device, is_coalesced=coalesced)
+
+
+def _like(self, values, coalesced=None):
+    """`self`'s indices with new values."""
+    return _make(self.sparse_dim(), self.dense_dim(), self.shape, self._indices(), values,
+                 self.is_coalesced() if coalesced is None else coalesced)
+
+
+def _unsupported(op, *args):
+    kinds = ", ".join(
+        f"{a.layout} {a.device.type} tensor" if isinstance(a, torch.Tensor) else type(a).__name__
+        for a in args)
+    raise NotImplementedError(
+        f"Could not run '{op}' with arguments ({kinds}) on the 'SparsePrivateUse1' backend: "
+        f"torchneuron supports sparse COO tensors for the ops listed in docs/limitations.md")
+
+
+def _strides(size, sparse_dim):
+    out, acc = [], 1
+    for s in reversed(size[:sparse_dim]):
+        out.append(acc)
+        acc *= s
+    return out[::-1]
+
+
+def _is_scalar(x):
+    return not isinstance(x, torch.Tensor) or (x.dim() == 0 and x.layout == torch.strided)
+
+
+# ---------------------------------------------------------------- coalesce, clone, copy
+@kernel("_coalesce.default", key=KEY)
+def _coalesce(self):
+    sd, dd = self.sparse_dim(), self.dense_dim()
+    idx, vals = self._indices(), self._values()
+    if self._nnz() == 0 or sd == 0 and self._nnz() == 1:
+        return _make(sd, dd, self.shape, idx.clone(), vals.clone(), True)
+    if sd == 0:  # every entry sits at the same (empty) index
+        return _make(sd, dd, self.shape, idx[:, :1].clone(), vals.sum(0, keepdim=True), True)
+    strides = torch.tensor(_strides(list(self.shape), sd), dtype=torch.int64, device=idx.device)
+    lin = (idx * strides[:, None]).sum(0)
+    uniq, inv = torch.unique(lin, sorted=True, return_inverse=True)
+    new_vals = vals.new_zeros((uniq.shape[0],) + tuple(vals.shape[1:])).index_add_(0, inv, vals)
+    sizes = torch.tensor(list(self.shape[:sd]), dtype=torch.int64, device=idx.device)
+    new_idx = (uniq[None, :] // strides[:, None]) % sizes[:, None]
+    return _make(sd, dd, self.shape, new_idx, new_vals, True)
+
+
+@kernel("clone.default", key=KEY)
+def clone(self, *, memory_format=None):
+    if memory_format not in (None, torch.preserve_format):
+        raise RuntimeError(
+            f"unsupported memory format option {memory_format} for a sparse tensor")
+    return _make(self.sparse_dim(), self.dense_dim(), self.shape, self._indices().clone(),
+                 self._values().clone(), self.is_coalesced())
+
+
+@kernel("copy_.default", key=KEY)
+def copy_(self, src, non_blocking=False):
+    if self.layout != torch.sparse_coo or src.layout != torch.sparse_coo:
+        _unsupported("aten::copy_", self, src)
+    return aten.copy_sparse_to_sparse_(self, src, non_blocking)
+
+
+# ---------------------------------------------------------------- sparse <-> dense
+@kernel("_to_dense.default", key=KEY)
+def _to_dense(self, dtype=None, masked_grad=None):
+    if dtype is not None and dtype != self.dtype:
+        raise RuntimeError("dtype argument is not supported by sparse_csr_to_dense")
+    out = self._values().new_zeros(self.shape)
+    if self._nnz():
+        out.index_put_(tuple(self._indices()), self._values(), accumulate=True)
+    return out
+
+
+def _dense_to_coo(self, sparse_dim):
+    if not 0 <= sparse_dim <= self.dim():
+        raise RuntimeError(f"sparse_dim argument must be in [0,{self.dim()}] range, but "
+                           f"{sparse_dim} is given")
+    if sparse_dim == 0:
+        idx = torch.zeros((0, 1), dtype=torch.int64, device=self.device)
+        return _make(0, self.dim(), self.shape, idx, self.unsqueeze(0).clone(), True)
+    mask = self != 0
+    if self.dim() > sparse_dim:
+        mask = mask.flatten(sparse_dim).any(-1)
+    idx = mask.nonzero().t().contiguous()
+    vals = self[tuple(idx)]
+    return _make(sparse_dim, self.dim() - sparse_dim, self.shape, idx, vals, True)
+
+
+@kernel("_to_sparse.sparse_dim")
+def _to_sparse_dim(self, sparse_dim):
+    return _dense_to_coo(self, sparse_dim)
+
+
+@kernel("_to_sparse.default")
+def _to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
+    if layout not in (None, torch.sparse_coo):
+        raise NotImplementedError(
+            f"torchneuron: conversion of a strided neuron tensor to {layout} is not supported "
+            f"(sparse COO is; docs/limitations.md)")
+    if blocksize is not None:
+        raise RuntimeError("to_sparse for Strided to SparseCoo conversion does not use "
+                           "specified blocksize")
+    return _dense_to_coo(self, self.dim() - (dense_dim or 0))
+
+
+@kernel("sparse_mask.default", key=KEY)
+def sparse_mask(self, mask):
+    if mask.layout != torch.sparse_coo or self.layout != torch.strided:
+        _unsupported("aten::sparse_mask", self, mask)
+    if tuple(self.shape) != tuple(mask.shape):
+        raise RuntimeError("sparse_mask(): operands have incompatible sizes; self has size "
+                           f"{list(self.shape)} but mask has size {list(mask.shape)}")
+    idx = mask._indices()
+    vals = self[tuple(idx)] if mask._nnz() else self.new_zeros(
+        (0,) + tuple(self.shape[mask.sparse_dim():]))
+    return _make(mask.sparse_dim(), mask.dense_dim(), mask.shape, idx.clone(), vals,
+                 mask.is_coalesced())
+
+
+# ---------------------------------------------------------------- matrix products
+def _check_2d(name, s):
+    if s.dim() != 2 or s.layout == torch.sparse_coo and s.dense_dim() != 0:
+        raise RuntimeError(f"{name} must be a matrix (2-D, with no dense dimensions for a "
+                           f"sparse one), got {s.dim()}-D")
+
+
+def _spmm(s, d):
+    """sparse (m, k) @ dense (k, n): a scatter-add of value-scaled rows of `d`."""
+    idx, vals = s._indices(), s._values()
+    out = d.new_zeros((s.shape[0], d.shape[1]))
+    if s._nnz():
+        out.index_add_(0, idx[0], vals[:, None] * d[idx[1]])
+    return out
+
+
+def _sparse_t(s):
+    idx = s._indices()
+    return _make(2, 0, (s.shape[1], s.shape[0]), idx.flip(0), s._values(), False)
+
+
+def _mm(a, b):
+    _check_2d("mat1", a)
+    _check_2d("mat2", b)
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x"
+                           f"{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected mat1 and mat2 to have the same dtype, but got: "
+                           f"{a.dtype} != {b.dtype}")
+    sa, sb = a.layout == torch.sparse_coo, b.layout == torch.sparse_coo
+    if sa and not sb:
+        return _spmm(a, b)
+    if sb and not sa:
+        return _spmm(_sparse_t(b), a.t()).t()
+    _unsupported("aten::mm", a, b)
+
+
+@kernel("mm.default", key=KEY)
+def mm(self, mat2):
+    return _mm(self, mat2)
+
+
+@kernel("addmm.default", key=KEY)
+def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    if self.layout != torch.strided:
+        _unsupported("aten::addmm", self, mat1, mat2)
+    prod = _mm(mat1, mat2)
+    out = prod if alpha == 1 else prod * alpha
+    if beta == 0:
+        return out.clone() if out is prod else out
+    base = self.expand(out.shape)
+    return out + (base if beta == 1 else base * beta)
+
+
+# ---------------------------------------------------------------- elementwise
+@kernel("mul.Tensor", key=KEY)
+def mul(self, other):
+    if self.layout != torch.sparse_coo:
+        self, other = other, self
+    if _is_scalar(other):
+        return _like(self, self._values() * other)
+    if other.layout == torch.strided and tuple(other.shape) == tuple(self.shape) \
+            and self.dense_dim() == 0:
+        return _like(self, self._values() * other[tuple(self._indices())])
+    _unsupported("aten::mul.Tensor", self, other)
+
+
+@kernel("mul_.Tensor", key=KEY)
+def mul_(self, other):
+    if self.layout != torch.sparse_coo or not _is_scalar(other):
+        _unsupported("aten::mul_.Tensor", self, other)
+    self._values().mul_(other)
+    return self
+
+
+@kernel("div.Tensor", key=KEY)
+def div(self, other):
+    if self.layout != torch.sparse_coo or not _is_scalar(other):
+        _unsupported("aten::div.Tensor", self, other)
+    return _like(self, self._values() / other)
+
+
+@kernel("div.Tensor_mode", key=KEY)
+def div_mode(self, other, *, rounding_mode=None):
+    if self.layout != torch.sparse_coo or not _is_scalar(other):
+        _unsupported("aten::div.Tensor_mode", self, other)
+    if rounding_mode is None:
+        return _like(self, self._values() / other)
+    c = self if self.is_coalesced() else self.coalesce()  # rounding is not linear
+    return _like(c, torch.div(c._values(), other, rounding_mode=rounding_mode), True)
+
+
+def _add_dense_sparse(dense, sparse, alpha, out=None):
+    vals = sparse._values() if alpha == 1 else sparse._values() * alpha
+    res = dense.to(torch.result_type(dense, sparse._values())).clone() if out is None else out
+    if sparse._nnz():
+        res.index_put_(tuple(sparse._indices()), vals.to(res.dtype), accumulate=True)
+    return res
+
+
+@kernel("add.Tensor", key=KEY)
+def add(self, other, *, alpha=1):
+    if not isinstance(other, torch.Tensor) or tuple(self.shape) != tuple(other.shape):
+        _unsupported("aten::add.Tensor", self, other)
+    ss, so = self.layout == torch.sparse_coo, other.layout == torch.sparse_coo
+    if not ss and so:
+        return _add_dense_sparse(self, other, alpha)
+    if ss and so and self.sparse_dim() == other.sparse_dim():
+        ov = other._values() if alpha == 1 else other._values() * alpha
+        dtype = torch.result_type(self._values(), other._values())
+        idx = torch.cat([self._indices(), other._indices()], 1)
+        vals = torch.cat([self._values().to(dtype), ov.to(dtype)], 0)
+        return _make(self.sparse_dim(), self.dense_dim(), self.shape, idx, vals, False)
+    _unsupported("aten::add.Tensor", self, other)
+
+
+@kernel("add_.Tensor", key=KEY)
+def add_(self, other, *, alpha=1):
+    if self.layout == torch.strided and other.layout == torch.sparse_coo \
+            and tuple(self.shape) == tuple(other.shape):
+        if torch.result_type(self, other._values()) != self.dtype and not (
+                self.dtype.is_floating_point and other.dtype.is_floating_point):
+            raise RuntimeError(f"result type {torch.result_type(self, other._values())} "
+                               f"can't be cast to the desired output type {self.dtype}")
+        return _add_dense_sparse(self, other, alpha, out=self)
+    _unsupported("aten::add_.Tensor", self, other)
+
+
+@kernel("sub.Tensor", key=KEY)
+def sub(self, other, *, alpha=1):
+    return add(self, other, alpha=-alpha)
+
+
+@kernel("neg.default", key=KEY)
+def neg(self):
+    return _like(self, -self._values())
+
+
+# zero-preserving unary functions: f(sum of duplicates), so coalesce first (as PyTorch does)
+_UNARY = ["abs", "sin", "sinh", "tan", "tanh", "asin", "asinh", "atan", "atanh", "sqrt",
+          "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "sign", "sgn", "erf",
+          "erfinv", "deg2rad", "rad2deg", "relu", "signbit", "isnan", "isinf", "isposinf",
+          "isneginf"]
+
+
+def _unary(fn):
+    def k(self):
+        c = self if self.is_coalesced() else self.coalesce()
+        return _like(c, fn(c._values()), True)
+
+    return k
+
+
+for _name in _UNARY:
+    kernel(f"{_name}.default", key=KEY)(_unary(getattr(torch, _name)))
+
+
+@kernel("pow.Tensor_Scalar", key=KEY)
+def pow_scalar(self, exponent):
+    if not (isinstance(exponent, (int, float)) and exponent > 0):
+        raise ValueError(f"pow(sparse, {exponent}): the exponent must be a positive scalar "
+                         "(a sparse tensor keeps its zeros)")
+    return _unary(lambda v: torch.pow(v, exponent))(self)
+
+
+# ---------------------------------------------------------------- reductions
+@kernel("sum.default", key=KEY)
+def sum_(self, *, dtype=None):
+    return self._values().sum(dtype=dtype)
+
+
+@kernel("sum.dim_IntList", key=KEY)
+def sum_dim(self, dim, keepdim=False, *, dtype=None):
+    if keepdim:
+        raise RuntimeError("sum on sparse tensors doesn't support keepdim=True")
+    dims = dim if dim is not None else list(range(self.dim()))
+    r = torch._sparse_sum(self, dims) if len(dims) else self
+    if dtype is not None:
+        r = r.to(dtype)
+    return r
+
+
+@kernel("_sparse_sum_backward.default", key=KEY)
+def _sparse_sum_backward(grad, self, dim):
+    dims = {d % self.dim() for d in dim}
+    idx = self._indices()
+    g = grad.to_dense() if grad.layout == torch.sparse_coo else grad
+    # the gradient of each stored value: the output gradient at its kept coordinates
+    g_full = g
+    for d in sorted(dims):
+        g_full = g_full.unsqueeze(d)
+    g_full = g_full.expand(self.shape)
+    sel = g_full[tuple(idx)] if self._nnz() else g_full.new_zeros((0,) + tuple(
+        self.shape[self.sparse_dim():]))
+    return _make(self.sparse_dim(), self.dense_dim(), self.shape, idx.clone(), sel,
+                 self.is_coalesced())
+

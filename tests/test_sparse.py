@@ -1,0 +1,239 @@
+"""Sparse COO tensors on the device, against the same program on the CPU, natively
+(fallback policy "error"): creation, coalesce, to_dense, dense -> sparse, sparse.mm/addmm
+with dense matrices and their gradients, elementwise with scalars, zero-preserving unary
+ops, sums, dense + sparse (an nn.Embedding(sparse=True) training step).  Unsupported ops
+raise NotImplementedError naming the op and the layout."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from helpers import DEV, native_only
+
+warnings.filterwarnings("ignore", message="Sparse invariant checks")
+warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta")
+
+
+def _coo(device, uncoalesced=True, size=(4, 5), dense=(), seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    nnz = 7
+    idx = torch.stack([torch.randint(0, s, (nnz,), generator=g) for s in size])
+    if uncoalesced:  # a repeated coordinate
+        idx[:, -1] = idx[:, 0]
+    vals = torch.randn((nnz,) + tuple(dense), generator=g).to(dtype)
+    return torch.sparse_coo_tensor(idx, vals, tuple(size) + tuple(dense)).to(device)
+
+
+def _dense(t):
+    if isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo:
+        return t.to_dense()
+    return t
+
+
+def _meta(t):
+    if isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo:
+        return (t.layout, t.sparse_dim(), t.dense_dim(), t.is_coalesced(), t.dtype)
+    return (t.layout, t.dtype) if isinstance(t, torch.Tensor) else type(t)
+
+
+def _same(fn, atol=1e-6, **kw):
+    out = {}
+    for device in ("cpu", DEV):
+        ctx = native_only() if device == DEV else warnings.catch_warnings()
+        with ctx:
+            r = fn(device, **kw)
+            if device == DEV and isinstance(r, torch.Tensor):
+                assert r.device.type == "neuron", r.device
+            out[device] = (_meta(r), _dense(r).cpu() if isinstance(r, torch.Tensor) else r)
+    (em, e), (am, a) = out["cpu"], out[DEV]
+    assert am == em
+    torch.testing.assert_close(a, e, atol=atol, rtol=1e-5)
+
+
+_D = torch.randn(5, 3, generator=torch.Generator().manual_seed(9))
+_L = torch.randn(6, 4, generator=torch.Generator().manual_seed(10))
+_B = torch.randn(4, 3, generator=torch.Generator().manual_seed(11))
+_X = torch.tensor([[0.0, 1.5, 0.0, 0.0], [2.0, 0.0, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0]])
+
+CASES = {
+    "sparse_coo_tensor on device": lambda d: torch.sparse_coo_tensor(
+        torch.tensor([[0, 1, 1], [2, 0, 2]], device=d), torch.tensor([3.0, 4, 5], device=d),
+        (2, 3)),
+    "sparse_coo_tensor device=": lambda d: torch.sparse_coo_tensor(
+        torch.tensor([[0, 1, 1], [2, 0, 2]]), torch.tensor([3.0, 4, 5]), (2, 3), device=d),
+    "sparse_coo_tensor inferred size": lambda d: torch.sparse_coo_tensor(
+        torch.tensor([[0, 3], [2, 1]], device=d), torch.tensor([1.0, 2], device=d)),
+    ".to(device)": lambda d: _coo(d),
+    "indices/values": lambda d: _coo(d).coalesce().indices().float() + 0,
+    "values": lambda d: _coo(d).coalesce().values(),
+    "nnz": lambda d: _coo(d)._nnz(),
+    "coalesce": lambda d: _coo(d).coalesce(),
+    "coalesce indices order": lambda d: _coo(d).coalesce()._indices(),
+    "coalesce dense dims": lambda d: _coo(d, dense=(2,)).coalesce(),
+    "coalesce 3 sparse dims": lambda d: _coo(d, size=(3, 4, 2)).coalesce(),
+    "coalesce float64": lambda d: _coo(d, dtype=torch.float64).coalesce(),
+    "coalesce int64": lambda d: _coo(d, dtype=torch.int64).coalesce(),
+    "to_dense": lambda d: _coo(d).to_dense(),
+    "to_dense dense dims": lambda d: _coo(d, dense=(2,)).to_dense(),
+    "to_sparse": lambda d: _X.to(d).to_sparse(),
+    "to_sparse sparse_dim=1": lambda d: _X.to(d).to_sparse(1),
+    "to_sparse layout": lambda d: _X.to(d).to_sparse(layout=torch.sparse_coo),
+    "to_sparse int": lambda d: _X.long().to(d).to_sparse(),
+    "round trip": lambda d: _X.to(d).to_sparse().to_dense(),
+    "clone": lambda d: _coo(d).clone(),
+    "copy_": lambda d: torch.sparse_coo_tensor(size=(4, 5)).to(d).copy_(_coo(d)),
+    "copy_ from cpu": lambda d: torch.sparse_coo_tensor(size=(4, 5)).to(d).copy_(_coo("cpu")),
+    "cpu() and back": lambda d: _coo(d).cpu().to(d),
+    "sparse.mm": lambda d: torch.sparse.mm(_coo(d), _D.to(d)),
+    "mm": lambda d: torch.mm(_coo(d), _D.to(d)),
+    "matmul": lambda d: _coo(d) @ _D.to(d),
+    "dense @ sparse": lambda d: torch.mm(_L.to(d), _coo(d)),
+    "sparse.addmm": lambda d: torch.sparse.addmm(_B.to(d), _coo(d), _D.to(d)),
+    "addmm beta alpha": lambda d: torch.addmm(_B.to(d), _coo(d), _D.to(d), beta=0.5,
+                                              alpha=2.0),
+    "addmm beta 0 ignores nan": lambda d: torch.addmm(
+        torch.full((4, 3), float("nan"), device=d), _coo(d), _D.to(d), beta=0),
+    "mul scalar": lambda d: _coo(d) * 2.5,
+    "rmul scalar": lambda d: 3 * _coo(d),
+    "mul 0-dim": lambda d: _coo(d) * torch.tensor(1.5, device=d),
+    "mul_ scalar": lambda d: _coo(d).mul_(-2),
+    "mul dense": lambda d: _coo(d) * torch.arange(20.0).reshape(4, 5).to(d),
+    "div scalar": lambda d: _coo(d) / 4,
+    "floor div scalar": lambda d: torch.div(_coo(d), 0.7, rounding_mode="floor"),
+    "neg": lambda d: -_coo(d),
+    "int mul float": lambda d: _coo(d, dtype=torch.int64) * 0.5,
+    "sin": lambda d: torch.sin(_coo(d)),
+    "abs": lambda d: _coo(d).abs(),
+    "sqrt abs": lambda d: _coo(d).abs().sqrt(),
+    "tanh dense dims": lambda d: _coo(d, dense=(2,)).tanh(),
+    "relu": lambda d: torch.relu(_coo(d)),
+    "pow": lambda d: _coo(d).pow(2),
+    "isnan": lambda d: torch.isnan(_coo(d)),
+    "sum": lambda d: _coo(d).sum(),
+    "sum dtype": lambda d: _coo(d).sum(dtype=torch.float64),
+    "sparse.sum dim": lambda d: torch.sparse.sum(_coo(d), 0),
+    "sparse.sum dims": lambda d: torch.sparse.sum(_coo(d, size=(3, 4, 2)), (0, 2)),
+    "sparse.sum dense dim": lambda d: torch.sparse.sum(_coo(d, dense=(3,)), 2),
+    "sum dim": lambda d: torch.sum(_coo(d), 1),
+    "add sparse sparse": lambda d: _coo(d) + _coo(d, seed=3),
+    "sub sparse sparse": lambda d: _coo(d) - _coo(d, seed=3),
+    "add dense sparse": lambda d: torch.arange(20.0).reshape(4, 5).to(d) + _coo(d),
+    "add_ dense sparse alpha": lambda d: torch.arange(20.0).reshape(4, 5).to(d).add_(
+        _coo(d), alpha=-0.5),
+    "transpose": lambda d: _coo(d).t(),
+    "zero_": lambda d: _coo(d).zero_(),
+    "empty sparse": lambda d: torch.empty((3, 2), layout=torch.sparse_coo, device=d),
+    "zeros sparse": lambda d: torch.zeros((3, 2), layout=torch.sparse_coo, device=d),
+    "empty nnz to_dense": lambda d: torch.sparse_coo_tensor(size=(3, 2)).to(d).to_dense(),
+    "empty nnz coalesce": lambda d: torch.sparse_coo_tensor(size=(3, 2)).to(d).coalesce(),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sparse_matches_cpu(name):
+    _same(CASES[name])
+
+
+def _mm_grads(device, op):
+    s = _coo(device).coalesce().requires_grad_()
+    dm = _D.clone().to(device).requires_grad_()
+    w = torch.randn(4, 3, generator=torch.Generator().manual_seed(4)).to(device)
+    (op(s, dm) * w).sum().backward()
+    return s.grad, dm.grad
+
+
+@pytest.mark.parametrize("op", ["sparse.mm", "mm", "addmm", "to_dense"])
+def test_sparse_gradients_match_cpu(op):
+    fns = {
+        "sparse.mm": torch.sparse.mm,
+        "mm": torch.mm,
+        "addmm": lambda s, m: torch.sparse.addmm(_B.to(m.device), s, m, beta=0.3, alpha=1.7),
+        "to_dense": lambda s, m: s.to_dense()[:, :3] * m[:4],
+    }
+    res = {}
+    for device in ("cpu", DEV):
+        ctx = native_only() if device == DEV else warnings.catch_warnings()
+        with ctx:
+            gs, gd = _mm_grads(device, fns[op])
+        res[device] = (_meta(gs), _dense(gs).cpu(), gd.cpu())
+    (em, es, ed), (am, as_, ad) = res["cpu"], res[DEV]
+    assert am == em
+    torch.testing.assert_close(as_, es, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ad, ed, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("optim", ["SGD", "SparseAdam"])
+def test_sparse_embedding_training_matches_cpu(optim):
+    """nn.Embedding(sparse=True): sparse gradients, applied by SGD (dense += sparse) or
+    SparseAdam (sparse_mask, sparse arithmetic)."""
+    res = {}
+    for device in ("cpu", DEV):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 4, sparse=True)
+        lin = torch.nn.Linear(4, 1)
+        emb, lin = emb.to(device), lin.to(device)
+        if optim == "SGD":
+            opt = torch.optim.SGD(list(emb.parameters()) + list(lin.parameters()), lr=0.1)
+        else:
+            opt = torch.optim.SparseAdam(list(emb.parameters()), lr=0.1)
+        ids = torch.tensor([[1, 2, 2, 7], [0, 7, 9, 1]]).to(device)
+        losses = []
+        ctx = native_only() if device == DEV else warnings.catch_warnings()
+        with ctx:
+            for _ in range(3):
+                opt.zero_grad()
+                loss = lin(emb(ids)).square().mean()
+                loss.backward()
+                assert emb.weight.grad.layout == torch.sparse_coo
+                opt.step()
+                losses.append(loss.item())
+        res[device] = (losses, emb.weight.detach().cpu())
+    assert res[DEV][0] == pytest.approx(res["cpu"][0], rel=1e-6, abs=1e-7)
+    torch.testing.assert_close(res[DEV][1], res["cpu"][1], atol=1e-6, rtol=1e-6)
+
+
+UNSUPPORTED = {
+    "sparse @ sparse": (lambda s: torch.mm(s, s.t()), "aten::mm"),
+    "mul sparse sparse": (lambda s: s * s, "aten::mul.Tensor"),
+    "cat": (lambda s: torch.cat([s, s]), "aten::cat"),
+    "softmax": (lambda s: torch.sparse.softmax(s, 0), "_sparse_softmax"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNSUPPORTED))
+def test_unsupported_sparse_ops_raise_not_implemented(name):
+    fn, op = UNSUPPORTED[name]
+    s = _coo(DEV).coalesce()
+    with pytest.raises(NotImplementedError, match=op) as e:
+        fn(s)
+    assert "Sparse" in str(e.value)
+
+
+def test_dense_to_other_sparse_layouts_raise_not_implemented():
+    with pytest.raises(NotImplementedError, match="sparse_csr"):
+        _X.to(DEV).to_sparse_csr()
+
+
+def test_sparse_errors_match_cpu():
+    for fn in (lambda d: torch.mm(_coo(d), torch.randn(4, 3).to(d)),
+               lambda d: torch.mm(_coo(d), _D.double().to(d)),
+               lambda d: _X.to(d).to_sparse(3)):
+        with pytest.raises(RuntimeError) as cpu_err:
+            fn("cpu")
+        with pytest.raises(RuntimeError) as dev_err:
+            fn(DEV)
+        assert type(dev_err.value) is type(cpu_err.value)
+
+
+def test_gradient_through_to_sparse_matches_cpu():
+    res = {}
+    for device in ("cpu", DEV):
+        x = _X.clone().to(device).requires_grad_()
+        ctx = native_only() if device == DEV else warnings.catch_warnings()
+        with ctx:
+            y = torch.sparse.mm(x.to_sparse(), _D[:4].clone().to(device))
+            (y * torch.arange(3.0).to(device)).sum().backward()
+        res[device] = x.grad.cpu()
+    torch.testing.assert_close(res[DEV], res["cpu"], atol=1e-6, rtol=1e-5)
