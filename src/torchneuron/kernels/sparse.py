@@ -14,8 +14,11 @@ dims) are ordinary device tensors.  Two kinds of kernels serve the key:
   (``unique``, ``index_add``, ``index_put`` with accumulation, ``nonzero``, gathers), so the
   same arithmetic runs on the device as everywhere else.
 
-Any other op on a sparse device tensor raises PyTorch's own NotImplementedError for the
-'SparsePrivateUse1' backend (docs/limitations.md lists what is covered).
+CSR matrices (2-D, no batch or dense dimensions) get the same compute ops through their
+(row, column, value) triples; see the CSR section.  Any other op on a sparse device tensor
+raises NotImplementedError naming the op and the layout: PyTorch's own for the
+'SparsePrivateUse1' / 'SparseCsrPrivateUse1' backends, or ours for argument combinations a
+kernel here does not cover (docs/limitations.md lists what is covered).
 """
 from __future__ import annotations
 
@@ -80,8 +83,8 @@ def _unsupported(op, *args):
         f"{a.layout} {a.device.type} tensor" if isinstance(a, torch.Tensor) else type(a).__name__
         for a in args)
     raise NotImplementedError(
-        f"Could not run '{op}' with arguments ({kinds}) on the 'SparsePrivateUse1' backend: "
-        f"torchneuron supports sparse COO tensors for the ops listed in docs/limitations.md")
+        f"Could not run '{op}' with arguments ({kinds}) on the neuron device: torchneuron "
+        f"supports sparse COO and CSR tensors for the ops listed in docs/limitations.md")
 
 
 def _strides(size, sparse_dim):
@@ -163,10 +166,12 @@ def _to_sparse_dim(self, sparse_dim):
 
 @kernel("_to_sparse.default")
 def _to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
+    if layout == torch.sparse_csr and blocksize is None:
+        return _to_sparse_csr(self, dense_dim)
     if layout not in (None, torch.sparse_coo):
         raise NotImplementedError(
             f"torchneuron: conversion of a strided neuron tensor to {layout} is not supported "
-            f"(sparse COO is; docs/limitations.md)")
+            f"(sparse COO and CSR are; docs/limitations.md)")
     if blocksize is not None:
         raise RuntimeError("to_sparse for Strided to SparseCoo conversion does not use "
                            "specified blocksize")
@@ -385,3 +390,220 @@ def _sparse_sum_backward(grad, self, dim):
     return _make(self.sparse_dim(), self.dense_dim(), self.shape, idx.clone(), sel,
                  self.is_coalesced())
 
+
+
+# ---------------------------------------------------------------- CSR
+# A CSR tensor on the device is PyTorch's SparseCsrTensorImpl (key SparseCsrPrivateUse1) over
+# device crow_indices / col_indices / values; its constructor is composite.  2-D matrices
+# without batch or dense dimensions are computed here; accessors, clone/copy, values-only
+# unary ops and sums redispatch to PyTorch's SparseCsrMeta kernels (device-generic code).
+CSR_KEY = "SparseCsrPrivateUse1"
+_SPARSE_CSR_META = DispatchKeySet(DispatchKey.SparseCsrMeta)
+
+_CSR_META_OPS = [
+    "crow_indices.default", "col_indices.default", "ccol_indices.default",
+    "row_indices.default", "values.default", "_nnz.default", "sparse_dim.default",
+    "dense_dim.default", "empty.memory_format", "empty_like.default", "resize_.default",
+    "clone.default", "copy_.default", "zero_.default", "sum.default",
+] + [f"{n}.default" for n in _UNARY if n not in ("isnan", "isinf", "isposinf", "isneginf",
+                                                    "signbit", "sign", "sgn", "relu")]
+
+
+def _redispatch_csr_meta(op):
+    h = op._handle
+
+    def k(*args, **kwargs):
+        return h.redispatch_boxed(_SPARSE_CSR_META, *args, **kwargs)
+
+    return k
+
+
+for _name in _CSR_META_OPS:
+    try:
+        _op = resolve(_name)
+    except AttributeError:  # not in this torch
+        continue
+    dispatch.declare(_op, _redispatch_csr_meta(_op), CSR_KEY)
+
+
+def _csr_plain(s, what):
+    if s.layout not in _COMPRESSED or s.dim() != 2 or s.dense_dim() != 0:
+        raise NotImplementedError(
+            f"torchneuron: {what} supports 2-D sparse_csr/csc matrices without batch or dense "
+            f"dimensions on the neuron device; got a {s.dim()}-D {s.layout} tensor "
+            f"(docs/limitations.md)")
+
+
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc)
+
+
+def _expand_compressed(comp, nnz):
+    """The outer index of each stored value (compressed indices expanded)."""
+    pos = torch.arange(nnz, dtype=comp.dtype, device=comp.device)
+    return torch.searchsorted(comp[1:], pos, right=True)
+
+
+def _csr_rows(s):
+    return _expand_compressed(s.crow_indices(), s._nnz())
+
+
+def _csr_from_rows(rows, cols, vals, size):
+    """A CSR tensor from row-major sorted (row, col, value) triples."""
+    crow = torch.searchsorted(rows, torch.arange(size[0] + 1, dtype=rows.dtype,
+                                                 device=rows.device))
+    return torch.sparse_csr_tensor(crow, cols, vals, tuple(size), dtype=vals.dtype,
+                                   device=vals.device)
+
+
+def _csr_like(s, values):
+    return torch.sparse_csr_tensor(s.crow_indices(), s.col_indices(), values, tuple(s.shape),
+                                   dtype=values.dtype, device=values.device)
+
+
+@kernel("_to_dense.default", key=CSR_KEY)
+def _csr_to_dense(self, dtype=None, masked_grad=None):
+    _csr_plain(self, "to_dense")
+    if dtype is not None and dtype != self.dtype:
+        raise RuntimeError("dtype argument is not supported by sparse_csr_to_dense")
+    out = self.values().new_zeros(self.shape)
+    if self._nnz():
+        out.index_put_((_csr_rows(self), self.col_indices()), self.values(), accumulate=True)
+    return out
+
+
+def _dense_to_csr(x):
+    if x.dim() != 2:
+        raise NotImplementedError(
+            "torchneuron: conversion to sparse_csr supports 2-D matrices on the neuron device "
+            f"(got {x.dim()}-D; docs/limitations.md)")
+    idx = (x != 0).nonzero().t()
+    rows, cols = idx[0].contiguous(), idx[1].contiguous()
+    return _csr_from_rows(rows, cols, x[rows, cols], x.shape)
+
+
+@kernel("_to_sparse_csr.default")
+def _to_sparse_csr(self, dense_dim=None):
+    if dense_dim not in (None, 0):
+        raise NotImplementedError("torchneuron: sparse_csr with dense dimensions is not "
+                                  "supported on the neuron device (docs/limitations.md)")
+    return _dense_to_csr(self)
+
+
+@kernel("_to_sparse.default", key=CSR_KEY)
+def _csr_to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
+    if layout == torch.sparse_csr:
+        return self
+    if layout not in (None, torch.sparse_coo):
+        raise NotImplementedError(f"torchneuron: conversion of a sparse_csr tensor to {layout} "
+                                  "is not supported on the neuron device")
+    _csr_plain(self, "to_sparse")
+    idx = torch.stack([_csr_rows(self), self.col_indices()])
+    return _make(2, 0, self.shape, idx, self.values().clone(), True)
+
+
+@kernel("_to_sparse.sparse_dim", key=CSR_KEY)
+def _csr_to_sparse_dim(self, sparse_dim):
+    if sparse_dim != 2:
+        raise NotImplementedError("torchneuron: sparse_csr to COO keeps 2 sparse dimensions")
+    return _csr_to_sparse(self)
+
+
+def _csr_triples(s):
+    """(row, column, value) of each stored value of a CSR or CSC matrix."""
+    _csr_plain(s, "matrix products")
+    if s.layout == torch.sparse_csc:
+        return s.row_indices(), _expand_compressed(s.ccol_indices(), s._nnz()), s.values()
+    return _csr_rows(s), s.col_indices(), s.values()
+
+
+def _csr_mm(a, b):
+    _check_2d("mat1", a)
+    _check_2d("mat2", b)
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x"
+                           f"{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected mat1 and mat2 to have the same dtype, but got: "
+                           f"{a.dtype} != {b.dtype}")
+    sa, sb = a.layout in _COMPRESSED, b.layout in _COMPRESSED
+    if sa and b.layout == torch.strided:
+        rows, cols, vals = _csr_triples(a)
+        out = b.new_zeros((a.shape[0], b.shape[1]))
+        return out.index_add_(0, rows, vals[:, None] * b[cols]) if a._nnz() else out
+    if sb and a.layout == torch.strided:
+        rows, cols, vals = _csr_triples(b)
+        out = a.new_zeros((b.shape[1], a.shape[0]))
+        return (out.index_add_(0, cols, vals[:, None] * a.t()[rows]) if b._nnz() else out).t()
+    _unsupported("aten::mm", a, b)
+
+
+@kernel("mm.default", key=CSR_KEY)
+def csr_mm(self, mat2):
+    return _csr_mm(self, mat2)
+
+
+@kernel("addmm.default", key=CSR_KEY)
+def csr_addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    if self.layout != torch.strided:
+        _unsupported("aten::addmm", self, mat1, mat2)
+    prod = _csr_mm(mat1, mat2)
+    out = prod if alpha == 1 else prod * alpha
+    if beta == 0:
+        return out
+    base = self.expand(out.shape)
+    return out + (base if beta == 1 else base * beta)
+
+
+@kernel("mul.Tensor", key=CSR_KEY)
+def csr_mul(self, other):
+    if self.layout != torch.sparse_csr:
+        self, other = other, self
+    if _is_scalar(other):
+        return _csr_like(self, self.values() * other)
+    _unsupported("aten::mul.Tensor", self, other)
+
+
+@kernel("mul.Scalar", key=CSR_KEY)
+def csr_mul_scalar(self, other):
+    return _csr_like(self, self.values() * other)
+
+
+@kernel("neg.default", key=CSR_KEY)
+def csr_neg(self):
+    return _csr_like(self, -self.values())
+
+
+@kernel("sparse_mask.default", key=CSR_KEY)
+def csr_sparse_mask(self, mask):
+    if mask.layout != torch.sparse_csr or self.layout != torch.strided:
+        _unsupported("aten::sparse_mask", self, mask)
+    rows, cols, _ = _csr_triples(mask)
+    return _csr_like(mask, self[rows, cols])
+
+
+@kernel("sparse_sampled_addmm.default", key=CSR_KEY)
+def sparse_sampled_addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    """beta * self + alpha * (mat1 @ mat2) at self's stored positions (the gradient of a
+    CSR matrix in a product)."""
+    if self.layout != torch.sparse_csr or mat1.layout != torch.strided \
+            or mat2.layout != torch.strided or mat1.dim() != 2 or mat2.dim() != 2:
+        _unsupported("aten::sparse_sampled_addmm", self, mat1, mat2)
+    rows, cols, vals = _csr_triples(self)
+    prod = (mat1[rows] * mat2.t()[cols]).sum(-1)
+    out = prod if alpha == 1 else prod * alpha
+    if beta != 0:
+        out = out + (vals if beta == 1 else vals * beta)
+    return _csr_like(self, out)
+
+
+@kernel("add.Tensor", key=CSR_KEY)
+def csr_add(self, other, *, alpha=1):
+    if self.layout == torch.strided and isinstance(other, torch.Tensor) \
+            and other.layout == torch.sparse_csr and tuple(self.shape) == tuple(other.shape):
+        rows, cols, vals = _csr_triples(other)
+        res = self.to(torch.result_type(self, vals)).clone()
+        if other._nnz():
+            res.index_put_((rows, cols), (vals if alpha == 1 else vals * alpha).to(res.dtype),
+                           accumulate=True)
+        return res
+    _unsupported("aten::add.Tensor", self, other)
