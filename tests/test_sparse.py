@@ -296,3 +296,27 @@ def test_gradient_through_to_sparse_matches_cpu():
             (y * torch.arange(3.0).to(device)).sum().backward()
         res[device] = x.grad.cpu()
     torch.testing.assert_close(res[DEV], res["cpu"], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("crow, col", [
+    ([0, 2, 3], [0, 2, 1]),  # valid
+    ([1, 2, 3], [0, 1, 2]),  # first != 0
+    ([0, 2, 1], [0, 1]),  # last != nnz
+    ([0, 2, 3], [0, 5, 1]),  # column out of range
+    ([0, 2, 2], [1, 1]),  # repeated column in a row
+    ([0, 2, 3], [2, 0, 1]),  # unsorted row
+])
+def test_csr_invariant_checks_match_cpu(crow, col):
+    def make(d):
+        return torch.sparse_csr_tensor(torch.tensor(crow, device=d), torch.tensor(col, device=d),
+                                       torch.ones(len(col), device=d), (2, 3),
+                                       check_invariants=True)
+    try:
+        expected = make("cpu").to_dense()
+    except RuntimeError as e:
+        with native_only(), pytest.raises(RuntimeError) as got:
+            make(DEV)
+        assert str(got.value) == str(e)
+        return
+    with native_only():
+        torch.testing.assert_close(make(DEV).to_dense().cpu(), expected)

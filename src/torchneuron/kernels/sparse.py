@@ -607,3 +607,34 @@ def csr_add(self, other, *, alpha=1):
                            accumulate=True)
         return res
     _unsupported("aten::add.Tensor", self, other)
+
+
+@kernel("_validate_compressed_sparse_indices.default")
+def _validate_compressed_sparse_indices(is_crow, compressed_idx, plain_idx, cdim, dim, nnz):
+    """The invariants of compressed indices (sparse_csr_tensor(..., check_invariants=True)),
+    checked on the device with one read back; PyTorch's messages."""
+    if compressed_idx.dim() != 1 or plain_idx.dim() != 1:  # batched: PyTorch's CPU check
+        return dispatch.cpu_fallback(aten._validate_compressed_sparse_indices.default, is_crow,
+                                     compressed_idx, plain_idx, cdim, dim, nnz)
+    c, p, pn = ("crow", "col", "ncols") if is_crow else ("ccol", "row", "nrows")
+    cn = "nrows" if is_crow else "ncols"
+    comp, plain = compressed_idx, plain_idx
+    diff = comp[1:] - comp[:-1]
+    segment = torch.searchsorted(comp[1:], torch.arange(plain.numel(), dtype=comp.dtype,
+                                                        device=comp.device), right=True)
+    same_segment = segment[1:] == segment[:-1]
+    flags = torch.stack([
+        comp[0] == 0, comp[-1] == nnz, ((diff >= 0) & (diff <= dim)).all(),
+        ((plain >= 0) & (plain < dim)).all(), ((plain[1:] > plain[:-1]) | ~same_segment).all(),
+    ]).cpu().tolist()
+    messages = [
+        f"`{c}_indices[..., 0] == 0` is not satisfied.",
+        f"`{c}_indices[..., -1] == nnz` is not satisfied.",
+        f"`0 <= {c}_indices[..., 1:] - {c}_indices[..., :-1] <= {pn}` is not satisfied.",
+        f"`0 <= {p}_indices < {pn}` is not satisfied.",
+        f"`{p}_indices[..., {c}_indices[..., i - 1]:{c}_indices[..., i]] for all i = 1, ..., "
+        f"{cn} are sorted and distinct along the last dimension values` is not satisfied.",
+    ]
+    for ok, msg in zip(flags, messages):
+        if not ok:
+            raise RuntimeError(msg)
