@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_page_is_up_to_date():
-    text = native_ops.render(torchneuron.native_ops())
+    text = native_ops.render(torchneuron.native_ops(), dispatch.layout_kernels())
     assert (ROOT / "docs" / "native-ops.md").read_text() == text, \
         "docs/native-ops.md is out of date: run `torchneuron ops`"
 
@@ -35,6 +35,12 @@ def test_kinds_and_families(op, kind, family):
     n = torchneuron.native_ops()[op]
     assert (n.kind, n.family) == (kind, family)
     assert ":" in n.where
+
+
+def test_sparse_layout_kernels_are_listed():
+    layouts = dispatch.layout_kernels()
+    assert "aten::_coalesce" in layouts["SparsePrivateUse1"]
+    assert "aten::mm" in layouts["SparseCsrPrivateUse1"]
 
 
 def test_a_decomposition_is_recorded_when_first_used():

@@ -21,6 +21,7 @@ PyTorch decomposition traced into one executable at first use).
 """
 from __future__ import annotations
 
+import collections
 import sys
 import warnings
 from typing import NamedTuple
@@ -271,6 +272,16 @@ def natives() -> dict:
     for op in fallback.decomposed_ops():
         out.setdefault(op.name(), _DECOMPOSED)
     return out
+
+
+def layout_kernels() -> dict:
+    """{dispatch key: sorted aten overload names} of the kernels declared for the sparse
+    layouts' keys (SparsePrivateUse1, SparseCsrPrivateUse1)."""
+    out = collections.defaultdict(list)
+    for (op, key) in _KERNELS:
+        if key.startswith("Sparse"):
+            out[key].append(op.name())
+    return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 def family(op) -> str | None:

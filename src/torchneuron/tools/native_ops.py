@@ -23,7 +23,7 @@ KIND_DOC = {
 }
 
 
-def render(natives: dict) -> str:
+def render(natives: dict, layouts: dict | None = None) -> str:
     by_family = collections.defaultdict(lambda: collections.defaultdict(list))
     for name, n in natives.items():
         if n.kind != "decomposed":  # run-time discoveries depend on what ran
@@ -51,6 +51,15 @@ def render(natives: dict) -> str:
             if names:
                 L.append(f"- {k} ({len(names)}): " + ", ".join(f"`{n.split('::', 1)[1]}`"
                                                            for n in names))
+    if layouts:
+        L += ["", "## Sparse layouts", "",
+              "Kernels for sparse tensors on the device (their own dispatch keys; "
+              "src/torchneuron/kernels/sparse.py). Metadata and allocation ops redispatch to "
+              "PyTorch's device-generic SparseMeta / SparseCsrMeta kernels; the rest are "
+              "compositions of the native dense ops above.", ""]
+        for key, names in layouts.items():
+            L.append(f"- {key} ({len(names)}): " + ", ".join(f"`{n.split('::', 1)[1]}`"
+                                                           for n in names))
     return "\n".join(L) + "\n"
 
 
@@ -62,7 +71,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(root, "docs", "native-ops.md"))
     p.add_argument("--check", action="store_true", help="fail if the page is out of date")
     args = p.parse_args(argv)
-    text = render(torchneuron.native_ops())
+    from torchneuron import dispatch
+
+    text = render(torchneuron.native_ops(), dispatch.layout_kernels())
     if args.check:
         with open(args.out) as f:
             if f.read() != text:
