@@ -1,5 +1,7 @@
 """Executable memory: a long process releases XLA executables before it runs out of
 memory mappings (vm.max_map_count), and everything keeps computing correctly after."""
+import itertools
+
 import pytest
 import torch
 
@@ -115,3 +117,46 @@ def test_deterministic_mode_is_part_of_the_executable_key():
         torch.utils.deterministic.fill_uninitialized_memory = fill
     assert len({plain, inside, other_fill}) == 3
     assert global_state() == plain
+
+
+def _perm_view(t, perm):
+    """`t`'s values in a buffer laid out in the memory order `perm` (a strided view)."""
+    inv = [perm.index(i) for i in range(len(perm))]
+    return t.permute(perm).contiguous().permute(inv)
+
+
+PERMS = list(itertools.permutations(range(3)))
+
+
+def test_layout_sweep_compiles_the_op_once_per_shape():
+    """PyTorch's test_baddbmm sweeps 216 memory layouts of its three inputs: past
+    LAYOUT_VARIANTS layouts of one shape the op runs on dense copies (one more executable)
+    instead of compiling per layout; every result equals the CPU's."""
+    from torchneuron.dispatch import entry
+
+    g = torch.Generator().manual_seed(0)
+    x, b1, b2 = (torch.randn(s, generator=g) for s in ((4, 5, 7), (4, 5, 3), (4, 3, 7)))
+    expected = torch.baddbmm(x, b1, b2, beta=0.5, alpha=1.5)
+    before = entry.cache_misses["aten::baddbmm"]
+    for p1, p2, p3 in itertools.product(PERMS, repeat=3):
+        args = [_perm_view(t.to(DEV), p) for t, p in ((x, p1), (b1, p2), (b2, p3))]
+        r = torch.baddbmm(*args, beta=0.5, alpha=1.5)
+        assert r.stride() == expected.stride()
+        torch.testing.assert_close(r.cpu(), expected, atol=1e-5, rtol=1e-5)
+    built = entry.cache_misses["aten::baddbmm"] - before
+    assert built <= entry.LAYOUT_VARIANTS + 1, built
+
+
+@pytest.mark.parametrize("op", [torch.add, torch.mul, torch.maximum])
+def test_layout_sweep_keeps_the_layouts_results_follow(op):
+    """Elementwise results follow their inputs' memory order (TensorIterator): where the
+    dense copies would change the result's strides, each layout keeps its own executable,
+    and strides and values stay the CPU's."""
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(3, 4, 5, generator=g), torch.randn(3, 4, 5, generator=g)
+    for p1, p2 in itertools.product(PERMS, repeat=2):
+        ca, cb = _perm_view(a, p1), _perm_view(b, p2)
+        expected = op(ca, cb)
+        r = op(_perm_view(a.to(DEV), p1), _perm_view(b.to(DEV), p2))
+        assert r.stride() == expected.stride(), (p1, p2)
+        torch.testing.assert_close(r.cpu(), expected)

@@ -50,6 +50,61 @@ cache_hits = collections.Counter()  # op name -> calls served by a cached execut
 cache_misses = collections.Counter()  # op name -> executables built
 CACHE_MAX = config.get("TORCHNEURON_EXECUTABLE_CACHE")
 
+# Layout churn.  The strides are part of an executable's key (view reads are traced into
+# the op's program, so XLA folds a transpose into a dot).  A functional op that has been
+# compiled for LAYOUT_VARIANTS layouts of the same shapes (PyTorch's layout-sweeping tests,
+# programs that permute their inputs every call) stops compiling per layout: a new layout
+# reads its strided inputs into dense copies (the copies' own small executables are shared
+# by every op) and runs the op's one dense executable.  Only where the op's outputs keep the
+# same strides (the meta kernel says so), so what the caller sees does not change.
+LAYOUT_VARIANTS = 8
+DENSE = object()  # cache marker: run this key's call on dense copies of its inputs
+_TOKEN_LEN = 9  # Walk.cell_token
+
+
+def _shape_key(tok):
+    """`tok` (a key or part of one) without the tensors' strides, offsets and buffers."""
+    if isinstance(tok, tuple):
+        if len(tok) == _TOKEN_LEN and isinstance(tok[1], torch.dtype) \
+                and isinstance(tok[2], torch.Size):
+            return (tok[1], tok[2], tok[7], tok[8])
+        return tuple(_shape_key(t) for t in tok)
+    return tok
+
+
+def _partial(t):
+    """A device tensor that is not exactly its whole buffer, in order (a strided view)."""
+    if not isinstance(t, Tensor) or t.device.type != "neuron" or t.is_conj() or t.is_neg():
+        return False
+    cell = getattr(t.untyped_storage(), "_tn_cell", None)
+    return cell is not None and not (t.is_contiguous() and t.storage_offset() == 0
+                                     and cell.nbytes == t.numel() * t.element_size())
+
+
+def _densify(v):
+    if _partial(v):
+        return v.clone(memory_format=torch.contiguous_format)
+    if isinstance(v, (list, tuple)) and any(_partial(x) for x in v):
+        return type(v)(_densify(x) for x in v)
+    return v
+
+
+def _meta_dense(v, m):
+    """The meta argument `m` of `v`, contiguous where `v` is a strided view."""
+    if _partial(v):
+        return torch.empty(v.shape, dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)) and isinstance(m, (list, tuple)):
+        return type(m)(_meta_dense(x, y) for x, y in zip(v, m))
+    return m
+
+
+def _strides(res):
+    if isinstance(res, Tensor):
+        return (tuple(res.shape), res.stride())
+    if isinstance(res, (list, tuple)):
+        return tuple(_strides(r) for r in res)
+    return None
+
 
 class Entry:
     """A kernel: an overload plus its lowering and executable cache."""
@@ -63,6 +118,7 @@ class Entry:
         self.static = low.static
         self.random = low.random
         self.name = op.name()
+        self.layouts = {}  # shape key -> layouts compiled (functional ops)
 
     # the hot path -------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -79,9 +135,12 @@ class Entry:
         key = tuple(toks)
         exe = self.cache.get(key)
         if exe is None:
-            exe = self.build(key, args, kwargs, w)
+            exe = self.miss(key, args, kwargs, w)
         else:
             cache_hits[self.name] += 1
+        if exe is DENSE:
+            return self(*[_densify(a) for a in args],
+                        **{k: _densify(v) for k, v in kwargs.items()})
         if exe.overlaps:
             check_partial_overlaps(exe.overlaps, args)
         index = exe.index
@@ -129,6 +188,40 @@ class Entry:
         return assemble(plan, outs, self.schema, args, kwargs)
 
     # the slow path ------------------------------------------------------
+    def miss(self, key, args, kwargs, w):
+        """Build the executable of `key`, or mark the key DENSE (layout churn)."""
+        if self.mode != "functional":
+            return self.build(key, args, kwargs, w)
+        sk = _shape_key(key)
+        n = self.layouts.get(sk, 0)
+        if n >= LAYOUT_VARIANTS and self._dense_keeps_layout(args, kwargs):
+            if len(self.cache) >= CACHE_MAX:
+                self.cache.popitem(last=False)
+            self.cache[key] = DENSE
+            return DENSE
+        if len(self.layouts) >= CACHE_MAX:
+            self.layouts.clear()
+        self.layouts[sk] = n + 1
+        return self.build(key, args, kwargs, w)
+
+    def _dense_keeps_layout(self, args, kwargs):
+        """Whether some input is a strided view and the op's results keep their strides
+        when those inputs are dense."""
+        if not any(_partial(a) or isinstance(a, (list, tuple)) and any(_partial(x) for x in a)
+                   for a in list(args) + list(kwargs.values())):
+            return False
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # build() gives the op's warnings
+                m_args, m_kwargs = _meta.to_meta(args, kwargs)
+                before = _meta.run_meta(self.op, m_args, m_kwargs)
+                after = _meta.run_meta(
+                    self.op, [_meta_dense(a, m) for a, m in zip(args, m_args)],
+                    {k: _meta_dense(v, m_kwargs[k]) for k, v in kwargs.items()})
+        except Exception:  # noqa: BLE001  bad arguments: build() reports them
+            return False
+        return _strides(before) == _strides(after)
+
     def build(self, key, args, kwargs, w):
         cache_misses[self.name] += 1
         runtime.maybe_release_executables()
