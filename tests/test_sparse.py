@@ -244,6 +244,13 @@ CSR_CASES = {
     "sin": lambda d: _csr(d).sin(),
     "sum": lambda d: _csr(d).sum(),
     "dense + csr": lambda d: torch.ones(5, 6).to(d) + _csr(d),
+    "addmm beta 0 ignores nan": lambda d: torch.addmm(
+        torch.full((5, 3), float("nan"), device=d), _csr(d),
+        torch.arange(18.0).reshape(6, 3).to(d), beta=0),
+    "COO to_sparse_csr": lambda d: _coo(d).to_sparse_csr(),
+    "csc mm": lambda d: torch.mm(_C.to_sparse_csc().to(d), torch.arange(18.0).reshape(6, 3)
+                                 .to(d)),
+    "dense @ csc": lambda d: torch.arange(10.0).reshape(2, 5).to(d) @ _C.to_sparse_csc().to(d),
 }
 
 
@@ -275,15 +282,65 @@ def test_other_compressed_layouts_raise_not_implemented():
         torch.randn(2, 3, 4).to(DEV).to_sparse_csr()
 
 
-def test_sparse_errors_match_cpu():
-    for fn in (lambda d: torch.mm(_coo(d), torch.randn(4, 3).to(d)),
-               lambda d: torch.mm(_coo(d), _D.double().to(d)),
-               lambda d: _X.to(d).to_sparse(3)):
-        with pytest.raises(RuntimeError) as cpu_err:
-            fn("cpu")
-        with pytest.raises(RuntimeError) as dev_err:
-            fn(DEV)
-        assert type(dev_err.value) is type(cpu_err.value)
+_LAYOUTS = {"coo": lambda t: t.to_sparse(), "csr": lambda t: t.to_sparse_csr(),
+            "csc": lambda t: t.to_sparse_csc()}
+ERRORS = {
+    "sparse @ dense shapes": lambda s, d: torch.mm(s, torch.randn(4, 3).to(d)),
+    "sparse @ dense dtypes": lambda s, d: torch.mm(s, _D.double().to(d)),
+    "dense @ sparse shapes": lambda s, d: torch.mm(torch.randn(3, 5).to(d), s),
+    "dense @ sparse dtypes": lambda s, d: torch.mm(torch.randn(3, 4).double().to(d), s),
+    "addmm shapes": lambda s, d: torch.addmm(torch.zeros(4, 3).to(d), s,
+                                             torch.randn(4, 3).to(d)),
+    "addmm dtypes": lambda s, d: torch.addmm(torch.zeros(4, 3).to(d), s, _D.double().to(d)),
+}
+
+
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_sparse_errors_match_cpu(name, layout):
+    """Bad products raise PyTorch's CPU error, message included, for each layout."""
+    def run(device):
+        s = _LAYOUTS[layout](_coo("cpu").to_dense()).to(device)
+        return ERRORS[name](s, device)
+
+    with pytest.raises(RuntimeError) as cpu_err:
+        run("cpu")
+    with native_only(), pytest.raises(RuntimeError) as dev_err:
+        run(DEV)
+    assert type(dev_err.value) is type(cpu_err.value)
+    assert str(dev_err.value) == str(cpu_err.value)
+
+
+def test_compressed_product_with_a_3d_dense_matrix_raises_cpu_error():
+    def run(device):
+        return torch.mm(_csr(device), torch.randn(6, 3, 2).to(device))
+
+    with pytest.raises(RuntimeError) as cpu_err:
+        run("cpu")
+    with native_only(), pytest.raises(RuntimeError) as dev_err:
+        run(DEV)
+    assert str(dev_err.value) == str(cpu_err.value)
+
+
+def test_to_sparse_dim_error_matches_cpu():
+    with pytest.raises(RuntimeError) as cpu_err:
+        _X.to_sparse(3)
+    with native_only(), pytest.raises(RuntimeError) as dev_err:
+        _X.to(DEV).to_sparse(3)
+    assert str(dev_err.value) == str(cpu_err.value)
+
+
+def test_cpu_fallback_returns_sparse_coo_on_the_device():
+    """An op run by the CPU fallback that returns a COO tensor hands back a device COO
+    tensor (its indices and values moved); a CSR result raises NotImplementedError."""
+    from torchneuron import dispatch
+    aten = torch.ops.aten
+    r = dispatch.cpu_fallback(aten._to_sparse.sparse_dim, _X.to(DEV), 2)
+    assert r.layout == torch.sparse_coo and r.device.type == "neuron"
+    assert r._indices().device.type == "neuron" and r._values().device.type == "neuron"
+    torch.testing.assert_close(r.to_dense().cpu(), _X, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="_to_sparse_csr returns a torch.sparse_csr"):
+        dispatch.cpu_fallback(aten._to_sparse_csr.default, _X.to(DEV))
 
 
 def test_gradient_through_to_sparse_matches_cpu():
@@ -320,3 +377,31 @@ def test_csr_invariant_checks_match_cpu(crow, col):
         return
     with native_only():
         torch.testing.assert_close(make(DEV).to_dense().cpu(), expected)
+
+
+@pytest.mark.parametrize("crow, col", [
+    ([[0, 2, 3], [0, 1, 3]], [[0, 2, 1], [1, 0, 2]]),  # valid
+    ([[0, 2, 3], [1, 1, 3]], [[0, 2, 1], [1, 0, 2]]),  # second batch's first != 0
+    ([[0, 2, 3], [0, 1, 2]], [[0, 2, 1], [1, 0, 2]]),  # second batch's last != nnz
+    ([[0, 2, 3], [0, 3, 0]], [[0, 2, 1], [1, 0, 2]]),  # a negative row length
+    ([[0, 2, 3], [0, 1, 3]], [[0, 2, 1], [1, 0, 5]]),  # column out of range
+    ([[0, 2, 3], [0, 1, 3]], [[0, 2, 1], [1, 2, 0]]),  # unsorted row in the second batch
+    ([[0, 2, 3], [0, 1, 3]], [[0, 2, 1], [1, 2, 2]]),  # repeated column
+])
+def test_batched_csr_invariant_checks_match_cpu(crow, col):
+    """check_invariants on batched compressed indices runs natively with CPU's messages."""
+    def make(d):
+        return torch.sparse_csr_tensor(torch.tensor(crow, device=d), torch.tensor(col, device=d),
+                                       torch.ones(2, 3, device=d), (2, 2, 3),
+                                       check_invariants=True)
+    try:
+        expected = make("cpu")
+    except RuntimeError as e:
+        with native_only(), pytest.raises(RuntimeError) as got:
+            make(DEV)
+        assert str(got.value) == str(e)
+        return
+    with native_only():
+        got = make(DEV)
+    assert got.crow_indices().cpu().tolist() == expected.crow_indices().tolist()
+    assert got.col_indices().cpu().tolist() == expected.col_indices().tolist()

@@ -24,6 +24,6 @@ from .fallback import (FallbackError, cpu_fallback, decomposition_stats,  # noqa
 from .meta import (NoMeta, cpu_error, device_mismatch, to_meta,  # noqa: F401
                    translate_runtime_error, validate)
 from .registry import (declare, declared, entry_for, fallthrough, family, install,  # noqa: F401
-                       kernel, layout_kernels, library, natives, registered)
+                       kernel, layout_kernels, library, natives, redispatch, registered)
 from .schema import (Schema, functional_of, inplace_variants, out_variants,  # noqa: F401
                      schema)

@@ -92,6 +92,26 @@ def kernel(*names, key="PrivateUse1"):
     return deco
 
 
+def redispatch(names, to, key="PrivateUse1"):
+    """Declare, for each named overload present in this torch, a `key` kernel that
+    redispatches to PyTorch's own kernel for the dispatch key set `to` (CPU for views and
+    metadata ops of strided tensors, SparseMeta / SparseCsrMeta for the device-generic
+    field accessors of sparse tensors).  The kernels belong to the calling module."""
+    for name in names:
+        try:
+            op = resolve(name)
+        except AttributeError:  # not in this torch
+            continue
+        declare(op, _redispatcher(op._handle, to), key)
+
+
+def _redispatcher(handle, keys):
+    def redispatching_kernel(*args, **kwargs):
+        return handle.redispatch_boxed(keys, *args, **kwargs)
+
+    return redispatching_kernel
+
+
 _entries: dict = {}
 
 

@@ -64,15 +64,6 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_mem
 
 
 # ---------------------------------------------------------------- views (CPU redispatch)
-def _redispatch(op):
-    h = op._handle
-
-    def kernel(*args, **kwargs):
-        return h.redispatch_boxed(CPU, *args, **kwargs)
-
-    return kernel
-
-
 _VIEW_OPS = [
     aten.view.default, aten.as_strided.default, aten._reshape_alias.default,
     aten.unfold.default, aten.view_as_real.default, aten.view_as_complex.default,
@@ -341,5 +332,4 @@ def has_compatible_shallow_copy_type(self, src) -> bool:
     return _dense(self) and _dense(src)
 
 
-for _op in _VIEW_OPS:
-    dispatch.declare(_op, _redispatch(_op))
+dispatch.redispatch(_VIEW_OPS, CPU)

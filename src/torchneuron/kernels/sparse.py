@@ -26,7 +26,6 @@ import torch
 from torch._C import DispatchKey, DispatchKeySet
 
 from .. import dispatch
-from ..lowering import resolve
 from ..dispatch import kernel
 
 aten = torch.ops.aten
@@ -35,15 +34,6 @@ _SPARSE_META = DispatchKeySet(DispatchKey.SparseMeta)
 
 
 # ---------------------------------------------------------------- metadata (SparseMeta)
-def _redispatch_meta(op):
-    h = op._handle
-
-    def k(*args, **kwargs):
-        return h.redispatch_boxed(_SPARSE_META, *args, **kwargs)
-
-    return k
-
-
 _META_OPS = [
     "_sparse_coo_tensor_with_dims.default", "_sparse_coo_tensor_with_dims_and_tensors.default",
     "_indices.default", "_values.default", "indices.default", "values.default",
@@ -52,12 +42,7 @@ _META_OPS = [
     "sparse_resize_and_clear_.default", "empty.memory_format", "empty_like.default",
     "zero_.default", "zeros.out", "copy_sparse_to_sparse_.default",
 ]
-for _name in _META_OPS:
-    try:
-        _op = resolve(_name)
-    except AttributeError:  # not in this torch
-        continue
-    dispatch.declare(_op, _redispatch_meta(_op), KEY)
+dispatch.redispatch(_META_OPS, _SPARSE_META, KEY)
 
 
 @kernel("_dimI.default", key=KEY)
@@ -146,7 +131,8 @@ def _to_dense(self, dtype=None, masked_grad=None):
 
 def _dense_to_coo(self, sparse_dim):
     if not 0 <= sparse_dim <= self.dim():
-        raise RuntimeError(f"sparse_dim argument must be in [0,{self.dim()}] range, but "
+        raise RuntimeError(f"dense_to_sparse: sparse_dim argument must be in "
+                           f"[0,{self.dim()}] range, but "
                            f"{sparse_dim} is given")
     if sparse_dim == 0:
         idx = torch.zeros((0, 1), dtype=torch.int64, device=self.device)
@@ -194,39 +180,60 @@ def sparse_mask(self, mask):
 
 # ---------------------------------------------------------------- matrix products
 def _check_2d(name, s):
-    if s.dim() != 2 or s.layout == torch.sparse_coo and s.dense_dim() != 0:
-        raise RuntimeError(f"{name} must be a matrix (2-D, with no dense dimensions for a "
-                           f"sparse one), got {s.dim()}-D")
+    if s.dim() != 2:
+        raise RuntimeError(f"{name} must be a matrix, got {s.dim()}-D tensor")
+    if s.layout == torch.sparse_coo and s.dense_dim() != 0:
+        _unsupported("aten::mm", s)
 
 
-def _spmm(s, d):
-    """sparse (m, k) @ dense (k, n): a scatter-add of value-scaled rows of `d`."""
-    idx, vals = s._indices(), s._values()
-    out = d.new_zeros((s.shape[0], d.shape[1]))
-    if s._nnz():
-        out.index_add_(0, idx[0], vals[:, None] * d[idx[1]])
-    return out
+def _scalar_name(dtype):
+    """PyTorch's C++ name of a dtype (torch.float32 -> Float)."""
+    return torch.empty((), dtype=dtype, device="meta").type().split(".")[-1].replace(
+        "Tensor", "")
 
 
-def _sparse_t(s):
-    idx = s._indices()
-    return _make(2, 0, (s.shape[1], s.shape[0]), idx.flip(0), s._values(), False)
+def _triples(s):
+    """(row, column, value) of each stored value of a sparse matrix: COO (in any order),
+    CSR or CSC."""
+    if s.layout == torch.sparse_coo:
+        idx = s._indices()
+        return idx[0], idx[1], s._values()
+    return _csr_triples(s)
 
 
 def _mm(a, b):
+    """A sparse matrix (COO, CSR or CSC) times a dense one, either side: a scatter-add of
+    value-scaled rows of the dense matrix."""
     _check_2d("mat1", a)
     _check_2d("mat2", b)
-    if a.shape[1] != b.shape[0]:
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x"
-                           f"{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
-    if a.dtype != b.dtype:
-        raise RuntimeError(f"expected mat1 and mat2 to have the same dtype, but got: "
-                           f"{a.dtype} != {b.dtype}")
-    sa, sb = a.layout == torch.sparse_coo, b.layout == torch.sparse_coo
-    if sa and not sb:
-        return _spmm(a, b)
-    if sb and not sa:
-        return _spmm(_sparse_t(b), a.t()).t()
+    # PyTorch's CPU messages: COO products run as addmm(dense, sparse, dense) (with a
+    # transposed product for dense @ sparse), compressed ones check mat1 against mat2
+    if a.layout == torch.sparse_coo or b.layout == torch.sparse_coo:
+        sparse_first = a.layout == torch.sparse_coo
+        if a.shape[1] != b.shape[0]:
+            want, got = (a.shape[1], b.shape[0]) if sparse_first else (b.shape[0], a.shape[1])
+            raise RuntimeError(f"addmm: Argument #3 (dense): Expected dim 0 size {want}, "
+                               f"got {got}")
+        if a.dtype != b.dtype:
+            want, got = (a.dtype, b.dtype) if sparse_first else (b.dtype, a.dtype)
+            raise RuntimeError(f"expected scalar type {_scalar_name(want)} but found "
+                               f"{_scalar_name(got)}")
+    else:
+        if a.shape[1] != b.shape[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x"
+                               f"{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
+        if a.dtype != b.dtype:
+            raise RuntimeError(f"expected scalar type {_scalar_name(a.dtype)} but found "
+                               f"{_scalar_name(b.dtype)}")
+    if a.layout != torch.strided and b.layout == torch.strided:
+        rows, cols, vals = _triples(a)
+        out = b.new_zeros((a.shape[0], b.shape[1]))
+        return out.index_add_(0, rows, vals[:, None] * b[cols]) if vals.numel() else out
+    if b.layout != torch.strided and a.layout == torch.strided:
+        rows, cols, vals = _triples(b)
+        out = a.new_zeros((b.shape[1], a.shape[0]))
+        return (out.index_add_(0, cols, vals[:, None] * a.t()[rows]) if vals.numel()
+                else out).t()
     _unsupported("aten::mm", a, b)
 
 
@@ -237,12 +244,14 @@ def mm(self, mat2):
 
 @kernel("addmm.default", key=KEY)
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    """beta * self + alpha * (mat1 @ mat2) for a dense `self`; beta=0 ignores `self` (NaN
+    included), as PyTorch does."""
     if self.layout != torch.strided:
         _unsupported("aten::addmm", self, mat1, mat2)
     prod = _mm(mat1, mat2)
     out = prod if alpha == 1 else prod * alpha
     if beta == 0:
-        return out.clone() if out is prod else out
+        return out
     base = self.expand(out.shape)
     return out + (base if beta == 1 else base * beta)
 
@@ -409,21 +418,7 @@ _CSR_META_OPS = [
                                                     "signbit", "sign", "sgn", "relu")]
 
 
-def _redispatch_csr_meta(op):
-    h = op._handle
-
-    def k(*args, **kwargs):
-        return h.redispatch_boxed(_SPARSE_CSR_META, *args, **kwargs)
-
-    return k
-
-
-for _name in _CSR_META_OPS:
-    try:
-        _op = resolve(_name)
-    except AttributeError:  # not in this torch
-        continue
-    dispatch.declare(_op, _redispatch_csr_meta(_op), CSR_KEY)
+dispatch.redispatch(_CSR_META_OPS, _SPARSE_CSR_META, CSR_KEY)
 
 
 def _csr_plain(s, what):
@@ -489,6 +484,18 @@ def _to_sparse_csr(self, dense_dim=None):
     return _dense_to_csr(self)
 
 
+@kernel("_to_sparse_csr.default", key=KEY)
+def _coo_to_sparse_csr(self, dense_dim=None):
+    if self.dim() != 2 or self.dense_dim() != 0 or dense_dim not in (None, 0):
+        raise NotImplementedError(
+            "torchneuron: conversion of a sparse COO tensor to sparse_csr supports 2-D "
+            f"matrices without dense dimensions on the neuron device (got {self.dim()}-D with "
+            f"{self.dense_dim()} dense dimensions; docs/limitations.md)")
+    c = self.coalesce()
+    idx = c._indices()
+    return _csr_from_rows(idx[0].contiguous(), idx[1].contiguous(), c._values(), self.shape)
+
+
 @kernel("_to_sparse.default", key=CSR_KEY)
 def _csr_to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
     if layout == torch.sparse_csr:
@@ -516,42 +523,9 @@ def _csr_triples(s):
     return _csr_rows(s), s.col_indices(), s.values()
 
 
-def _csr_mm(a, b):
-    _check_2d("mat1", a)
-    _check_2d("mat2", b)
-    if a.shape[1] != b.shape[0]:
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x"
-                           f"{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
-    if a.dtype != b.dtype:
-        raise RuntimeError(f"expected mat1 and mat2 to have the same dtype, but got: "
-                           f"{a.dtype} != {b.dtype}")
-    sa, sb = a.layout in _COMPRESSED, b.layout in _COMPRESSED
-    if sa and b.layout == torch.strided:
-        rows, cols, vals = _csr_triples(a)
-        out = b.new_zeros((a.shape[0], b.shape[1]))
-        return out.index_add_(0, rows, vals[:, None] * b[cols]) if a._nnz() else out
-    if sb and a.layout == torch.strided:
-        rows, cols, vals = _csr_triples(b)
-        out = a.new_zeros((b.shape[1], a.shape[0]))
-        return (out.index_add_(0, cols, vals[:, None] * a.t()[rows]) if b._nnz() else out).t()
-    _unsupported("aten::mm", a, b)
-
-
-@kernel("mm.default", key=CSR_KEY)
-def csr_mm(self, mat2):
-    return _csr_mm(self, mat2)
-
-
-@kernel("addmm.default", key=CSR_KEY)
-def csr_addmm(self, mat1, mat2, *, beta=1, alpha=1):
-    if self.layout != torch.strided:
-        _unsupported("aten::addmm", self, mat1, mat2)
-    prod = _csr_mm(mat1, mat2)
-    out = prod if alpha == 1 else prod * alpha
-    if beta == 0:
-        return out
-    base = self.expand(out.shape)
-    return out + (base if beta == 1 else base * beta)
+# the matrix products above serve compressed layouts too
+kernel("mm.default", key=CSR_KEY)(mm)
+kernel("addmm.default", key=CSR_KEY)(addmm)
 
 
 @kernel("mul.Tensor", key=CSR_KEY)
@@ -612,20 +586,22 @@ def csr_add(self, other, *, alpha=1):
 @kernel("_validate_compressed_sparse_indices.default")
 def _validate_compressed_sparse_indices(is_crow, compressed_idx, plain_idx, cdim, dim, nnz):
     """The invariants of compressed indices (sparse_csr_tensor(..., check_invariants=True)),
-    checked on the device with one read back; PyTorch's messages."""
-    if compressed_idx.dim() != 1 or plain_idx.dim() != 1:  # batched: PyTorch's CPU check
-        return dispatch.cpu_fallback(aten._validate_compressed_sparse_indices.default, is_crow,
-                                     compressed_idx, plain_idx, cdim, dim, nnz)
+    batched or not, checked on the device with one read back; PyTorch's messages."""
     c, p, pn = ("crow", "col", "ncols") if is_crow else ("ccol", "row", "nrows")
     cn = "nrows" if is_crow else "ncols"
-    comp, plain = compressed_idx, plain_idx
-    diff = comp[1:] - comp[:-1]
-    segment = torch.searchsorted(comp[1:], torch.arange(plain.numel(), dtype=comp.dtype,
-                                                        device=comp.device), right=True)
-    same_segment = segment[1:] == segment[:-1]
+    # one row per batch: (batches, cdim + 1) and (batches, nnz)
+    batches = compressed_idx.shape[:-1].numel()
+    comp = compressed_idx.reshape(batches, compressed_idx.shape[-1])
+    plain = plain_idx.reshape(batches, plain_idx.shape[-1])
+    diff = comp[:, 1:] - comp[:, :-1]
+    pos = torch.arange(plain.shape[-1], dtype=comp.dtype, device=comp.device)
+    segment = torch.searchsorted(comp[:, 1:].contiguous(),
+                                 pos.expand(comp.shape[0], -1).contiguous(), right=True)
+    same_segment = segment[:, 1:] == segment[:, :-1]
     flags = torch.stack([
-        comp[0] == 0, comp[-1] == nnz, ((diff >= 0) & (diff <= dim)).all(),
-        ((plain >= 0) & (plain < dim)).all(), ((plain[1:] > plain[:-1]) | ~same_segment).all(),
+        (comp[:, 0] == 0).all(), (comp[:, -1] == nnz).all(),
+        ((diff >= 0) & (diff <= dim)).all(), ((plain >= 0) & (plain < dim)).all(),
+        ((plain[:, 1:] > plain[:, :-1]) | ~same_segment).all(),
     ]).cpu().tolist()
     messages = [
         f"`{c}_indices[..., 0] == 0` is not satisfied.",
