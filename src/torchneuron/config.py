@@ -69,16 +69,23 @@ KNOBS = {k.name: k for k in [
          "once per torch build with the system C++ compiler, `CXX` to choose one); `0`: "
          "Python hooks only, pinning through Python kernels (docs/limitations.md)."),
     Knob("TORCHNEURON_CACHE_DIR", None, "path",
-         "where the compiled hooks library is kept (default `~/.cache/torchneuron`)."),
+         "root of torchneuron's on-disk caches (default `$XDG_CACHE_HOME/torchneuron`, else "
+         "`~/.cache/torchneuron`): the compiled hooks library (`native/`) and the persistent "
+         "XLA compilation cache (`xla/`)."),
     Knob("TORCHNEURON_DUMP_DIR", "", "path",
          "torch.compile: every compiled graph's StableHLO and a summary are written here "
          "(docs/compile.md)."),
     Knob("TORCHNEURON_COMPILE_CACHE_DIR", None, "path",
-         "torch.compile: the persistent XLA compilation cache (default "
-         "`$XDG_CACHE_HOME/torchneuron/xla`; `off` disables it)."),
+         "the persistent XLA compilation cache of eager ops and torch.compile graphs, so a "
+         "second run starts warm (default `$TORCHNEURON_CACHE_DIR/xla`; `off` disables it; "
+         "a folder set with jax's own `jax_compilation_cache_dir` wins). docs/eager.md."),
     Knob("TORCHNEURON_COMPILE_CACHE_MIN_SECS", "0", "float",
-         "torch.compile: only executables that took at least this long to compile are "
-         "written to the persistent cache."),
+         "only executables that took at least this long to compile are written to the "
+         "persistent cache (default 0: all)."),
+    Knob("TORCHNEURON_COMPILE_CACHE_MAX_SIZE", "2GiB", "str",
+         "size cap of the persistent XLA cache (`512MiB`, `2GiB`, ...; default 2GiB): when "
+         "a process first uses the device, the oldest-written executables past it are "
+         "deleted; `-1` for no cap."),
     Knob("TORCHNEURON_COMPILE_CACHE_SIZE", "16", "int",
          "torch.compile: XLA executables kept per graph (one per input signature)."),
     Knob("TORCHNEURON_COMPILE_DONATE", "1", "bool",
@@ -123,6 +130,27 @@ def get(name: str):
             return knob.default
         return v
     return text
+
+
+def parse_bytes(text: str) -> int:
+    """`512MiB`, `2GiB`, `1.5g`, `1000000` -> bytes."""
+    t = text.strip().lower().replace(" ", "")
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+             "kb": 1000, "mb": 1000**2, "gb": 1000**3, "k": 1 << 10, "m": 1 << 20,
+             "g": 1 << 30, "b": 1}
+    for u, mul in units.items():
+        if t.endswith(u):
+            return int(float(t[: -len(u)]) * mul)
+    return int(t)
+
+
+def cache_root() -> str:
+    """The folder of torchneuron's on-disk caches (TORCHNEURON_CACHE_DIR)."""
+    d = get("TORCHNEURON_CACHE_DIR")
+    if d:
+        return os.path.abspath(os.path.expanduser(d))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torchneuron")
 
 
 def markdown_rows() -> list:

@@ -131,6 +131,7 @@ def devices() -> list:
     """The PJRT devices that neuron:0..N-1 map to."""
     global _devices, _platform
     if _devices is None:
+        persistent_cache()  # before the device's first compile
         plat = _pick_platform()
         try:
             devs = jax.local_devices(backend=plat)  # (this process's, under jax.distributed)
@@ -265,9 +266,86 @@ _listening = False
 
 
 def _on_duration(event, duration_secs=None, **kwargs):
+    # an executable compiled, or loaded from the persistent cache (jax times both as the
+    # backend compile; either maps memory)
     if event.endswith("backend_compile_duration"):
         EXE_STATS.compiles += 1
         EXE_STATS.since_release += 1
+
+
+# ---------------------------------------------------------------- persistent compilation cache
+# jax's persistent compilation cache, pointed at a torchneuron folder when the device is
+# first used (not at import: a program that never touches the device keeps jax as it was).
+# Eager executables and compiled graphs are written there, so a second process skips their
+# XLA compiles (the trace to StableHLO still runs).  jax decides once per process, at its
+# first compile, whether the cache is used: a jax program that compiled before the neuron
+# device was first used runs without it.
+_cache_configured = False
+_cache_dir = None
+
+
+def persistent_cache():
+    """The persistent XLA cache's folder (None when off); configures it on first call."""
+    global _cache_configured, _cache_dir
+    if _cache_configured:
+        return _cache_dir
+    _cache_configured = True
+    current = jax.config.jax_compilation_cache_dir
+    if current:  # the program set jax's own cache: keep it and its thresholds
+        _cache_dir = current
+        return _cache_dir
+    env = config.get("TORCHNEURON_COMPILE_CACHE_DIR")
+    if env is not None and env.strip().lower() in ("", "0", "off", "none", "false"):
+        return None
+    import os
+
+    path = os.path.abspath(os.path.expanduser(env)) if env else os.path.join(
+        config.cache_root(), "xla")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    cap = config.get("TORCHNEURON_COMPILE_CACHE_MAX_SIZE").strip()
+    if cap != "-1":
+        trim_cache(path, config.parse_bytes(cap))
+    try:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          config.get("TORCHNEURON_COMPILE_CACHE_MIN_SECS"))
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    except (AttributeError, KeyError, ValueError):
+        pass  # an older jax without an option: its defaults
+    jax.config.update("jax_compilation_cache_dir", path)
+    _cache_dir = path
+    return _cache_dir
+
+
+def trim_cache(path, cap: int) -> int:
+    """Delete the oldest-written executables of the cache folder `path` until it holds at
+    most `cap` bytes; the bytes kept.  Run once per process, when the cache is configured:
+    jax's own size cap rescans the whole folder at every write (quadratic in entries: a
+    test file of 2,000 eager executables took 1.6x as long with it), so the cap is ours and
+    a process may pass it by what it writes until the next process starts."""
+    import os
+
+    entries = []
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                if e.name.endswith("-cache") and e.is_file():
+                    st = e.stat()
+                    entries.append((st.st_mtime, e.path, st.st_size))
+    except OSError:
+        return 0
+    total = sum(size for _, _, size in entries)
+    for _, p, size in sorted(entries):
+        if total <= cap:
+            break
+        try:
+            os.remove(p)
+        except OSError:  # another process trimmed it first
+            pass
+        total -= size
+    return total
 
 
 def watch_compiles() -> None:

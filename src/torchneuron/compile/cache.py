@@ -1,69 +1,41 @@
-"""The persistent (on-disk) compilation cache: jax's, pointed at a torchneuron folder.
+"""The persistent (on-disk) compilation cache, as torch.compile uses it.
 
-A second process that compiles the same graphs loads the XLA executables from
-disk instead of compiling them again (Dynamo, AOTAutograd and the jax trace
-still run; only the XLA compile is skipped).
-
-TORCHNEURON_COMPILE_CACHE_DIR=path   where executables go (default
-    $XDG_CACHE_HOME/torchneuron/xla, else ~/.cache/torchneuron/xla);
-    "0", "off" or "" turns the cache off.  If jax's own
-    jax_compilation_cache_dir is already set, that one is used.
-TORCHNEURON_COMPILE_CACHE_MIN_SECS=s  only compiled graphs that took at least s
-    seconds are written (default 0: all of them).  Eager per-op executables
-    keep jax's own threshold (1 s), so they rarely reach the disk.
+The cache itself is jax's, configured by :func:`torchneuron.runtime.persistent_cache` when
+the device is first used (TORCHNEURON_COMPILE_CACHE_DIR, default
+``$TORCHNEURON_CACHE_DIR/xla``; ``off`` turns it off; a folder set with jax's own
+``jax_compilation_cache_dir`` wins).  A second process that compiles the same graphs loads
+the XLA executables from disk instead of compiling them again (Dynamo, AOTAutograd and the
+jax trace still run).  Here: counting disk hits of graph compiles, and writing every graph
+whatever its compile time (TORCHNEURON_COMPILE_CACHE_MIN_SECS, default 0).
 """
 from __future__ import annotations
 
 import contextlib
-import os
 
-import jax
+from .. import config, runtime
 
-from .. import config
-
-_configured = False
-_dir = None
-
-
-def _default_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torchneuron", "xla")
+_listening = False
 
 
 def cache_dir():
     """The folder of the persistent compilation cache (None when off)."""
     setup()
-    return _dir
+    return runtime.persistent_cache()
 
 
 def setup():
-    """Point jax's compilation cache at our folder (once; before the first compile)."""
-    global _configured, _dir
-    if _configured:
+    """Configure the cache (once; before the first compile) and count graph disk hits."""
+    global _listening
+    runtime.persistent_cache()
+    if _listening:
         return
-    _configured = True
+    _listening = True
     try:
         from jax import monitoring
 
         monitoring.register_event_listener(_on_event)
     except Exception:  # noqa: BLE001
         pass
-    current = jax.config.jax_compilation_cache_dir
-    if current:
-        _dir = current
-        return
-    env = config.get("TORCHNEURON_COMPILE_CACHE_DIR")
-    if env is not None and env.strip().lower() in ("", "0", "off", "none", "false"):
-        _dir = None
-        return
-    path = os.path.abspath(os.path.expanduser(env)) if env else _default_dir()
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        _dir = None
-        return
-    jax.config.update("jax_compilation_cache_dir", path)
-    _dir = path
 
 
 def _on_event(event, **kwargs):

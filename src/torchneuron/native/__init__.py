@@ -40,11 +40,7 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    d = config.get("TORCHNEURON_CACHE_DIR")
-    if d:
-        return Path(d) / "native"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torchneuron" / "native"
+    return Path(config.cache_root()) / "native"
 
 
 def _compiler() -> str | None:

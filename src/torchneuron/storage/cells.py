@@ -87,15 +87,7 @@ def stats(index: int) -> _Stats:
     return s
 
 
-def parse_bytes(text: str) -> int:
-    t = text.strip().lower().replace(" ", "")
-    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-             "kb": 1000, "mb": 1000**2, "gb": 1000**3, "k": 1 << 10, "m": 1 << 20,
-             "g": 1 << 30, "b": 1}
-    for u, mul in units.items():
-        if t.endswith(u):
-            return int(float(t[: -len(u)]) * mul)
-    return int(t)
+parse_bytes = config.parse_bytes
 
 
 def fmt_bytes(n: int) -> str:
