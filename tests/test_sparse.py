@@ -405,3 +405,45 @@ def test_batched_csr_invariant_checks_match_cpu(crow, col):
         got = make(DEV)
     assert got.crow_indices().cpu().tolist() == expected.crow_indices().tolist()
     assert got.col_indices().cpu().tolist() == expected.col_indices().tolist()
+
+
+_R = torch.tensor([[0.0, 2, 0, 1], [0, 0, 0, 0], [3, 0, -1, 0], [1, 1, 1, 1]])
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("ties", [False, True])
+def test_sparse_mm_reduce_matches_cpu(reduce, ties):
+    """torch.sparse.mm(csr, dense, reduce) and its gradients (amax/amin: the first of tied
+    values wins, as on the CPU); bit-equal."""
+    other = torch.ones(4, 2) if ties else torch.arange(8.0).reshape(4, 2)
+    grad = torch.tensor([[1.0, 2], [3, 4], [5, 6], [7, 8]])
+    res = {}
+    for device in ("cpu", DEV):
+        a = _R.to_sparse_csr().to(device).requires_grad_()
+        b = other.detach().clone().to(device).requires_grad_()
+        ctx = native_only() if device == DEV else warnings.catch_warnings()
+        with ctx:
+            out = torch.sparse.mm(a, b, reduce)
+            out.backward(grad.to(device))
+            plain = torch.sparse.mm(_R.to_sparse_csr().to(device), other.detach().to(device),
+                                    reduce)
+        res[device] = [out.detach().cpu(), plain.cpu(), a.grad.to_dense().cpu(), b.grad.cpu()]
+    assert res[DEV][2].layout == torch.strided
+    for got, want in zip(res[DEV], res["cpu"]):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_sparse_mm_reduce_errors_match_cpu():
+    for fn in (lambda d: torch.sparse.mm(_R.to_sparse_csr().to(d), torch.ones(4, 2).to(d),
+                                         "prod"),
+               lambda d: torch.sparse.mm(_R.to_sparse_csr().to(d), torch.ones(3, 2).to(d),
+                                         "sum"),
+               lambda d: torch.sparse.mm(_R.to_sparse_csr().to(d), torch.ones(4, 2, 1).to(d),
+                                         "amax"),
+               lambda d: torch.sparse.mm(_R.to_sparse_csr().to(d),
+                                         torch.ones(4, 2).double().to(d), "mean")):
+        with pytest.raises(RuntimeError) as cpu_err:
+            fn("cpu")
+        with native_only(), pytest.raises(RuntimeError) as dev_err:
+            fn(DEV)
+        assert str(dev_err.value) == str(cpu_err.value)

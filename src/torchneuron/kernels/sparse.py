@@ -528,6 +528,72 @@ kernel("mm.default", key=CSR_KEY)(mm)
 kernel("addmm.default", key=CSR_KEY)(addmm)
 
 
+_MM_REDUCE = ("sum", "mean", "amax", "amin")
+
+
+def _mm_reduce_parts(self, other, reduce):
+    if reduce not in _MM_REDUCE:
+        raise RuntimeError(f"sparse_mm_reduce: reduce type of {reduce} has not been enabled.")
+    if self.layout != torch.sparse_csr or other.layout != torch.strided:
+        _unsupported("aten::_sparse_mm_reduce_impl", self, other)
+    _csr_plain(self, "sparse.mm with reduce")
+    if other.dim() != 2 or other.shape[0] != self.shape[1]:
+        raise RuntimeError(f"Expected a tensor of dimension 2 and tensor.size[0] == "
+                           f"{self.shape[1]} but got: dimension {other.dim()} and "
+                           f"tensor.size[0] = {other.shape[0] if other.dim() else 1}")
+    if other.dtype != self.dtype:
+        raise RuntimeError(f"Expected tensor for argument #1 'other' to have scalar type "
+                           f"{_scalar_name(self.dtype)}; but got "
+                           f"{other.type().replace('neuron.', '')} instead (while checking "
+                           "arguments for sparse_mm_reduce)")
+    rows, cols, vals = _csr_triples(self)
+    counts = torch.zeros(self.shape[0], dtype=other.dtype, device=other.device).index_add_(
+        0, rows, torch.ones_like(vals, dtype=other.dtype)) if reduce == "mean" else None
+    return rows, cols, vals, counts
+
+
+@kernel("_sparse_mm_reduce_impl.default", key=CSR_KEY)
+def sparse_mm_reduce(self, other, reduce):
+    """torch.sparse.mm(csr, dense, reduce): each output row reduces its stored values'
+    scaled rows of `other` (empty rows give 0); for amax/amin under autograd also the
+    position (in the values) that won, or nnz for an empty row, as PyTorch's CPU kernel."""
+    rows, cols, vals, counts = _mm_reduce_parts(self, other, reduce)
+    m, n = self.shape[0], other.shape[1]
+    contrib = vals[:, None] * other[cols]
+    out = other.new_zeros((m, n))
+    arg = torch.empty((0,), dtype=torch.int64, device=other.device)
+    if reduce in ("sum", "mean"):
+        out.index_add_(0, rows, contrib)
+        if counts is not None:
+            out = out / counts.clamp(min=1)[:, None]
+        return out, arg
+    out.index_reduce_(0, rows, contrib, reduce, include_self=False)
+    if self.requires_grad or other.requires_grad:
+        nnz = vals.shape[0]
+        pos = torch.arange(nnz, device=other.device)[:, None].expand(nnz, n)
+        won = torch.where(contrib == out[rows], pos, nnz)
+        arg = torch.full((m, n), nnz, dtype=torch.int64, device=other.device)
+        arg.index_reduce_(0, rows, won, "amin", include_self=True)
+    return out, arg
+
+
+@kernel("_sparse_mm_reduce_impl_backward.default", key=CSR_KEY)
+def sparse_mm_reduce_backward(self, grad_out, weight, reduce, arg_out, output_mask):
+    rows, cols, vals, counts = _mm_reduce_parts(self, weight, reduce)
+    nnz = vals.shape[0]
+    g = grad_out[rows]  # (nnz, n): each stored value's output row
+    if counts is not None:
+        g = g / counts.clamp(min=1)[rows, None]
+    if reduce in ("amax", "amin"):  # only the value that won each output element
+        g = g * (arg_out[rows] == torch.arange(nnz, device=g.device)[:, None])
+    grad_self = grad_weight = None
+    if output_mask[0]:
+        grad_self = _csr_like(self, (g * weight[cols]).sum(-1).to(vals.dtype))
+    if output_mask[1]:
+        grad_weight = torch.zeros_like(weight).index_add_(0, cols, vals[:, None] * g)
+    return grad_self, grad_weight
+
+
 @kernel("mul.Tensor", key=CSR_KEY)
 def csr_mul(self, other):
     if self.layout != torch.sparse_csr:
