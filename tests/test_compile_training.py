@@ -72,3 +72,37 @@ def test_demo_compile_flag_trains_natively():
     assert r["fallback_ops"] == 0, r["fallback_detail"]
     assert r["test_accuracy"] > 0.6
     assert tnc.stats()["compilations"] >= 3
+
+
+def _adamw_steps(device, compiled, steps=4):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    m = m.to(device)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=1e-2)
+    x = torch.randn(4, 8).to(device)
+    step = torch.compile(opt.step, backend="neuron" if device == DEV else "eager") \
+        if compiled else opt.step
+    for _ in range(steps):
+        opt.zero_grad()
+        m(x).square().mean().backward()
+        step()
+    p = next(m.parameters())
+    return (opt.param_groups[0]["capturable"], opt.state[p]["step"].device.type,
+            {k: v.detach().cpu() for k, v in m.state_dict().items()})
+
+
+def test_compiled_optimizer_on_neuron_is_capturable_like_cuda():
+    """Dynamo makes a fresh optimizer capturable when its parameters are on a GPU; neuron
+    parameters get the same (step counters on the device, inside the graph).  CPU
+    parameters and eager steps keep capturable=False; the trained weights equal the CPU's."""
+    cpu_eager = _adamw_steps("cpu", False)
+    cpu_compiled = _adamw_steps("cpu", True)
+    with native_only():
+        dev_compiled = _adamw_steps(DEV, True)
+        dev_eager = _adamw_steps(DEV, False)
+    assert cpu_eager[:2] == (False, "cpu") and cpu_compiled[:2] == (False, "cpu")
+    assert dev_eager[:2] == (False, "cpu")
+    assert dev_compiled[:2] == (True, "neuron")
+    for k, v in cpu_eager[2].items():
+        assert_same(dev_compiled[2][k], v, atol=1e-6, rtol=1e-5, msg=k)
+        assert_same(dev_eager[2][k], v, atol=1e-6, rtol=1e-5, msg=k)
