@@ -122,3 +122,50 @@ def test_jagged_to_padded_dense_op(max_len, pad):
         actual = torch.ops.aten._jagged_to_padded_dense_forward(values.to(DEV), [offsets.to(DEV)],
                                                                 [max_len], pad)
     assert torch.equal(actual.cpu(), expected)
+
+
+def _heads(t, h=2):
+    """(B, j, 8) -> (B, h, j, 8 // h): the layout attention modules hand to SDPA."""
+    return t.unflatten(-1, (h, -1)).transpose(1, 2)
+
+
+@pytest.mark.parametrize("kv_lengths", [LENGTHS, (4, 1, 6)], ids=["self", "cross"])
+def test_njt_sdpa_matches_cpu(kv_lengths):
+    """scaled_dot_product_attention over jagged batches (each sequence attends to its own
+    keys only), forward and gradients of query, key and value, against PyTorch's CPU path."""
+    out = {}
+    for device in ("cpu", DEV):
+        q = _njt(device, grad=True)
+        kv = _njt(device, lengths=kv_lengths, grad=True, seed=1)
+        ctx = native_only() if device == DEV else warnings.catch_warnings()
+        with ctx:
+            r = F.scaled_dot_product_attention(_heads(q), _heads(kv), _heads(kv * 0.5))
+            p = _padded(r.transpose(1, 2).flatten(-2))
+            w = torch.arange(1.0, 1 + p.numel()).reshape(p.shape).to(device) / p.numel()
+            (p * w).sum().backward()
+        out[device] = [p.detach().cpu(), _padded(q.grad).cpu(), _padded(kv.grad).cpu()]
+    for a, e in zip(out[DEV], out["cpu"]):
+        torch.testing.assert_close(a, e, atol=1e-6, rtol=1e-5)
+
+
+def test_njt_causal_sdpa_raises_like_cpu():
+    errors = []
+    for device in ("cpu", DEV):
+        q = _njt(device)
+        with pytest.raises(RuntimeError) as e:
+            F.scaled_dot_product_attention(_heads(q), _heads(q), _heads(q), is_causal=True)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+
+
+def test_padded_dense_to_jagged_wrong_total_raises_like_cpu():
+    """A total_L that is not the last offset raises CPU's error (instead of gathering rows
+    of the wrong sequences): PyTorch's to_padded_tensor backward passes one for transposed
+    NestedTensors."""
+    dense = torch.randn(2, 4, 3)
+    offsets = torch.tensor([0, 3, 5])
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch.ops.aten._padded_dense_to_jagged_forward(dense, [offsets], 4)
+    with native_only(), pytest.raises(RuntimeError) as dev_err:
+        torch.ops.aten._padded_dense_to_jagged_forward(dense.to(DEV), [offsets.to(DEV)], 4)
+    assert str(dev_err.value) == str(cpu_err.value)

@@ -48,9 +48,9 @@ def _register() -> None:
     ops.load_all()  # lowerings and their extras (declarations only)
     kernels.load_all()  # eager kernels (declarations only)
     dispatch.install()  # every registration with PyTorch, in one place
-    from . import dynamo_optim, dynamo_skip
+    from . import dynamo_skip, upstream_hooks
 
-    dynamo_optim.install()  # capturable optimizers for neuron parameters under compile
+    upstream_hooks.install()  # PyTorch Python internals extended to neuron tensors
     from . import distributed
 
     distributed.register()  # the "neuron" c10d backend

@@ -497,8 +497,17 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
 
 
 def _padded_to_jagged_normalize(dense, offsets, total_L=None):
-    if total_L is None and len(offsets) == 1:  # the last offset, read back (CUDA syncs too)
-        total_L = int(read_back(_last, offsets[0]))
+    """The last offset, read back (CUDA syncs too without total_L): the result's size, or
+    checked against a given total_L as the CPU checks it (a wrong total_L, which PyTorch's
+    own to_padded_tensor backward passes for a transposed NestedTensor, would otherwise
+    gather garbage)."""
+    if len(offsets) == 1 and offsets[0].numel():
+        last = int(read_back(_last, offsets[0]))
+        if total_L is None:
+            total_L = last
+        elif last != total_L:
+            raise RuntimeError("_padded_dense_to_jagged_forward(): final offset should match "
+                               "total_L value")
     return (dense, offsets, total_L), {}
 
 
