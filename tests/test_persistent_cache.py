@@ -110,3 +110,19 @@ print(json.dumps({"before": before, "dir": runtime.persistent_cache(),
     assert out["before"] is None  # importing torch (and so torchneuron) changed nothing
     assert out["dir"] == out["jax"] == str(tmp_path / "mine")
     assert not (tmp_path / "xla").exists()
+
+
+def test_cache_entries_are_written_whole(tmp_path):
+    """Entries are written under a temporary name and renamed, so a process sharing the
+    folder never reads half an entry; the cache reads back what was put."""
+    from jax._src import lru_cache
+
+    from torchneuron import runtime
+
+    runtime._atomic_cache_writes()
+    assert getattr(lru_cache.LRUCache.put, "_torchneuron", False)
+    cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
+    cache.put("k1", b"x" * 1000)
+    cache.put("k1", b"y")  # an existing entry is kept, as jax does
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["k1-cache"]
+    assert cache.get("k1") == b"x" * 1000

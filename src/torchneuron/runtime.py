@@ -314,9 +314,50 @@ def persistent_cache():
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     except (AttributeError, KeyError, ValueError):
         pass  # an older jax without an option: its defaults
+    _atomic_cache_writes()
     jax.config.update("jax_compilation_cache_dir", path)
     _cache_dir = path
     return _cache_dir
+
+
+def _atomic_cache_writes() -> None:
+    """jax writes a cache entry in place, so a process reading it meanwhile (test workers,
+    torchrun ranks sharing the folder) can load half a file: jax then warns and compiles.
+    Entries are written to a temporary name and renamed instead (local folders without
+    jax's own size cap, the setting used here)."""
+    import os
+
+    try:
+        from jax._src import lru_cache
+    except ImportError:
+        return
+    cls = getattr(lru_cache, "LRUCache", None)
+    orig = getattr(cls, "put", None)
+    suffix = getattr(lru_cache, "_CACHE_SUFFIX", None)
+    if orig is None or suffix is None or getattr(orig, "_torchneuron", False):
+        return
+
+    def put(self, key, value):
+        if getattr(self, "eviction_enabled", True) or not key:
+            return orig(self, key, value)
+        target = os.path.join(str(self.path), f"{key}{suffix}")
+        if os.path.exists(target):
+            return None
+        tmp = os.path.join(str(self.path), f".{key}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(value)
+            os.replace(tmp, target)
+        except OSError:  # a read-only or full disk: the executable stays in memory only
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        return None
+
+    put._torchneuron = True
+    put.__wrapped__ = orig
+    cls.put = put
 
 
 def trim_cache(path, cap: int) -> int:
