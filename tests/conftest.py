@@ -3,6 +3,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# The suite runs without the persistent XLA cache (its subprocesses inherit this), so one
+# run does not depend on what an earlier run left in ~/.cache and its time stays
+# comparable between runs; tests/test_persistent_cache.py and test_compile.py's
+# persistent-cache test turn it on in their own folders.
+os.environ.setdefault("TORCHNEURON_COMPILE_CACHE_DIR", "off")
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
