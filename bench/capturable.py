@@ -56,8 +56,16 @@ def main(argv=None):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3,
                                 capturable=name == "capturable")
         fn = torch.compile(_step_fn(name), backend="neuron")
-        for i in range(3):
-            fn(model, opt, *batches[i % 4]).item()
+        from torch._dynamo.variables import optimizer as dyn_opt
+
+        patched = dyn_opt.OptimizerVariable._set_capturable
+        if name != "capturable":  # Dynamo's own rule (cuda/xpu only) while this one compiles
+            dyn_opt.OptimizerVariable._set_capturable = getattr(patched, "__wrapped__", patched)
+        try:
+            for i in range(3):
+                fn(model, opt, *batches[i % 4]).item()
+        finally:
+            dyn_opt.OptimizerVariable._set_capturable = patched
         runs[name] = dict(fn=fn, model=model, opt=opt, best=float("inf"))
         print(f"{name}: capturable={opt.param_groups[0]['capturable']}", file=sys.stderr)
     for r in range(a.rounds):
