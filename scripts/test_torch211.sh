@@ -20,6 +20,6 @@ if [ "$#" -eq 0 ]; then
          tests/test_creation.py tests/test_foreach.py tests/test_forward_ad.py \
          tests/test_compile.py tests/test_pinned.py tests/test_module_conversion.py \
          tests/test_graph_breaks.py tests/test_distributed.py tests/test_storage_resize.py \
-         tests/test_fuzz.py
+         tests/test_fuzz.py tests/test_fused_eager.py
 fi
 python -m pytest -q -n "${TORCHNEURON_TEST_WORKERS:-2}" --dist loadfile -p no:cacheprovider "$@"

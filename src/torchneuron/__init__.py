@@ -207,6 +207,28 @@ class fallback_policy:
         return False
 
 
+def set_eager_mode(mode: str) -> str:
+    """'op' (default: each eager op runs when called) or 'fused' (ops are recorded and
+    run as one cached program when a value is needed; docs/eager.md); returns the
+    previous mode (``TORCHNEURON_EAGER``)."""
+    from . import storage
+
+    return storage.lazy.set_mode(mode)
+
+
+def get_eager_mode() -> str:
+    from . import storage
+
+    return storage.lazy.mode()
+
+
+def eager_mode(mode: str):
+    """Context manager: ``with torchneuron.eager_mode("fused"): ...``"""
+    from . import storage
+
+    return storage.lazy.eager_mode(mode)
+
+
 def reset_fallback_stats() -> None:
     from . import dispatch
 

@@ -49,6 +49,14 @@ KNOBS = {k.name: k for k in [
          "/ `torch.neuron.set_memory_limit`."),
     Knob("TORCHNEURON_EXECUTABLE_CACHE", "8192", "int",
          "executables kept per op in eager mode (default 8192)."),
+    Knob("TORCHNEURON_EAGER", "op", "choice",
+         "`op` (default): every eager op runs as its own executable when called; `fused`: "
+         "eager ops are recorded into a pending program per device, run as one cached XLA "
+         "computation when a value is needed (results bit-identical to `op`). "
+         "`torchneuron.eager_mode(\"fused\")` does the same in a `with` block. docs/eager.md.",
+         choices=("op", "fused")),
+    Knob("TORCHNEURON_FUSE_MAX_OPS", "256", "int",
+         "fused eager: run the pending program once it holds this many ops (default 256)."),
     Knob("TORCHNEURON_MAPS_FRACTION", "0.5", "float",
          "past this fraction (default 0.5) of Linux's `vm.max_map_count`, every cached XLA "
          "executable is released (eager ops recompile when next used); without `/proc`, "

@@ -163,6 +163,7 @@ def synchronize(device=None) -> None:
     Every live storage's current buffer is the end of its chain of queued
     computations, so waiting for each of them drains the device queue."""
     idx = _index(device)
+    storage.lazy.flush(idx)  # fused eager: run what is pending
     for cell in list(storage.live_cells()):
         if cell.index != idx:
             continue

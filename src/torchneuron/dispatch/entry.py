@@ -18,9 +18,10 @@ import jax
 import torch
 
 from .. import config, lowering, runtime, storage
+from ..storage import lazy as _lazy
 from ..numerics import scalar_type_name
 from . import meta as _meta
-from .executable import (Walk, as_array, current_device, dense_strides, fill, global_state,
+from .executable import (FusedWalk, Walk, as_array, current_device, dense_strides, fill, global_state,
                          layout, template)
 from .meta import device_mismatch, translate_runtime_error
 from .plan import Arg, Const, New, Nothing, OutSpec, Seq, WriteTarget, assemble, resolve
@@ -31,7 +32,7 @@ aten = torch.ops.aten
 
 class Executable:
     __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index", "warn",
-                 "overlaps")
+                 "overlaps", "avals")
 
 
 _warned_once: set = set()  # warn_once messages already given
@@ -123,7 +124,8 @@ class Entry:
     # the hot path -------------------------------------------------------
     def __call__(self, *args, **kwargs):
         sch = self.schema
-        w = Walk(self.static)
+        fused = _lazy.fused
+        w = FusedWalk(self.static) if fused else Walk(self.static)
         kinds = sch.kinds
         names = sch.names
         toks = [w.value(a, kinds[i], names[i]) for i, a in enumerate(args)]
@@ -155,16 +157,30 @@ class Entry:
             inputs = inputs + [device.next_rng_input(index)]
         if exe.out_bytes:
             storage.check_room(index, exe.out_bytes)
-        try:
-            res = exe.fn(*inputs)
-        except Exception as e:  # noqa: BLE001
-            raise translate_runtime_error(e, index) from None
+        if fused:
+            res = self.record(exe, inputs, index)
+        else:
+            try:
+                res = exe.fn(*inputs)
+            except Exception as e:  # noqa: BLE001
+                raise translate_runtime_error(e, index) from None
         for msg, once in exe.warn:  # (filled while the first call traces the lowering)
             if once:
                 warn_once(msg)
             else:
                 warnings.warn(msg, UserWarning, stacklevel=2)
         return self.finish(exe, res, w, args, kwargs)
+
+    @staticmethod
+    def record(exe, inputs, index):
+        """Fused eager: append the call to the device's pending program; its results are
+        storage.Pending values.  The executable's first recording traces it (abstractly),
+        so tracing errors and warnings come at the op, as op by op."""
+        avals = exe.avals
+        if avals is None:
+            avals = exe.avals = jax.eval_shape(
+                exe.fn, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
+        return _lazy.program(index).record(exe.fn, inputs, avals)
 
     @staticmethod
     def _dyn_values(dyn, index):
@@ -179,7 +195,7 @@ class Entry:
         if exe.writes:
             cells = w.cells
             for j, slot in enumerate(exe.writes):
-                cells[slot].arr = res[nouts + j]
+                storage.put(cells[slot], res[nouts + j])
         index = exe.index
         outs = [make_out(res[i], exe.outs[i], index) for i in range(nouts)]
         plan = exe.returns
@@ -329,6 +345,7 @@ class Entry:
         exe.out_bytes = sum(sp.nbytes for sp in out_specs)
         exe.random = random
         exe.index = index
+        exe.avals = None
         exe.overlaps = _aliased_pairs(self.op, sch, args) if mode == "inplace" else ()
         overlapped = any(t.overlap for grp in write_targets if grp is not None
                          for t in (grp if isinstance(grp, list) else [grp]))

@@ -55,6 +55,7 @@ class Walk:
     """One pass over an op's arguments: key tokens, executable inputs, cells."""
 
     __slots__ = ("cells", "slots", "arrays", "dyn", "offs", "index", "static")
+    raw = False  # FusedWalk: executable inputs may be storage.Pending values
 
     def __init__(self, static=frozenset()):
         self.cells = []
@@ -81,7 +82,8 @@ class Walk:
         if slot is None:
             slot = self.slots[cid] = len(self.cells)
             self.cells.append(cell)
-            self.arrays.append(cell.arr)
+            # fused eager records a pending cell's value without running its program
+            self.arrays.append(storage.raw_arr(cell) if self.raw else cell.arr)
         off = t.storage_offset()
         if off:
             self.offs.append(off)
@@ -151,6 +153,13 @@ class Walk:
         return self.other(v)
 
     seq = tuple
+
+
+class FusedWalk(Walk):
+    """The walk of an op recorded by fused eager (storage/lazy.py)."""
+
+    __slots__ = ()
+    raw = True
 
 
 class Template(Walk):

@@ -121,12 +121,7 @@ def drop_out_args(func_op, margs, mkwargs):
     return margs, {k: v for k, v in mkwargs.items() if k in names}
 
 
-def translate_runtime_error(e, index):
-    msg = str(e)
-    if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg or "out of memory" in msg:
-        storage.stats(index).oom_count += 1
-        return torch.OutOfMemoryError(f"NEURON out of memory on device {index}: {msg.splitlines()[0]}")
-    return e
+translate_runtime_error = storage.translate_runtime_error
 
 
 # ---------------------------------------------------------------- registration

@@ -5,14 +5,18 @@
 - ``views``: how a (dtype, shape, strides, offset) view reads and writes its cell,
   traced inside executables;
 - ``transfer``: host <-> device copies, a tensor's values as a jax array, the cached
-  device scalars for Python numbers.
+  device scalars for Python numbers;
+- ``lazy``: fused eager, the pending program per device whose results cells hold
+  until a value is needed.
 """
 from __future__ import annotations
 
 from .cells import (CPU_KEYS, Cell, cell_at, cell_of, check_room, contiguous_strides,  # noqa: F401
                     empty, empty_shell, fmt_bytes, from_array, live_cells, make_tensor,
                     new_shell, new_storage, parse_bytes, raw_storage, retype, set_metadata,
-                    resize_storage, stats, storage_numel, torch_device, zeros_flat)
+                    resize_storage, stats, storage_numel, torch_device, zeros_flat,
+                    Pending, PendingCell, put, raw_arr, translate_runtime_error)
+from . import lazy  # noqa: F401
 from .transfer import (cells_of, device_fn, dyn_scalar, host_storage_to_device,  # noqa: F401
                        number_key,
                        adopt_host, host_alias, materialize, read_back, to_cpu_tensor,

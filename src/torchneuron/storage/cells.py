@@ -120,6 +120,8 @@ class Cell:
 
     def __init__(self, arr, nbytes: int, index: int):
         self.arr = arr
+        if type(arr) is Pending:  # a result of fused eager's pending program
+            self.__class__ = PendingCell
         self.nbytes = nbytes
         self.index = index
         self.dt = arr.dtype  # the flat array's dtype and length never change
@@ -145,6 +147,79 @@ class Cell:
         s.total_frees += 1
         if self.addr is not None:
             _by_addr.pop(self.addr, None)
+
+
+# ---------------------------------------------------------------- fused eager
+_ARR = Cell.__dict__["arr"]  # the slot itself: read or written without flushing
+raw_arr = _ARR.__get__
+
+
+class Pending:
+    """A value of fused eager's pending program (storage/lazy.py): a flat array that
+    the program will compute.  `value` is set when the program has run; `error` when
+    it failed."""
+
+    __slots__ = ("prog", "k", "dtype", "shape", "value", "error", "__weakref__")
+
+    def __init__(self, prog, k, dtype, shape):
+        self.prog = prog
+        self.k = k
+        self.dtype = dtype
+        self.shape = shape
+        self.value = None
+        self.error = None
+
+    def result(self):
+        """The computed array, running the pending program first if needed."""
+        v = self.value
+        if v is None:
+            if self.error is None:
+                self.prog.flush()
+                v = self.value
+            if v is None:
+                raise RuntimeError(
+                    "torchneuron: this tensor's value was lost: the fused eager program "
+                    f"that computed it failed ({self.error})")
+        return v
+
+
+class PendingCell(Cell):
+    """A cell whose array is still :class:`Pending`: reading ``arr`` runs the device's
+    pending program (so every host read, copy, collective and compiled graph sees a
+    computed value) and turns the cell back into a plain :class:`Cell`."""
+
+    __slots__ = ()
+
+    @property
+    def arr(self):
+        v = _ARR.__get__(self)
+        if type(v) is Pending:
+            v = v.result()
+            _ARR.__set__(self, v)
+            self.__class__ = Cell
+        return v
+
+    @arr.setter
+    def arr(self, v):
+        _ARR.__set__(self, v)
+        if type(v) is not Pending:
+            self.__class__ = Cell
+
+
+def put(cell: Cell, v) -> None:
+    """Replace a cell's array with `v`, an array or a :class:`Pending`."""
+    cell.arr = v
+    if type(v) is Pending:
+        cell.__class__ = PendingCell
+
+
+def translate_runtime_error(e, index):
+    """An XLA runtime failure as PyTorch reports it (out of memory: torch.OutOfMemoryError)."""
+    msg = str(e)
+    if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg or "out of memory" in msg:
+        stats(index).oom_count += 1
+        return torch.OutOfMemoryError(f"NEURON out of memory on device {index}: {msg.splitlines()[0]}")
+    return e
 
 
 # ---------------------------------------------------------------- tensors
