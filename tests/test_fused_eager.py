@@ -330,3 +330,31 @@ def test_environment_variable_turns_it_on():
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "fused"
+
+
+def test_convolutions_run_between_programs():
+    """A convolution runs on its own (XLA:CPU runs it ~8x slower inside a program); the
+    ops around it still fuse, and a CNN training step keeps op-by-op bits."""
+    from torchneuron.demo import DigitsCNN, _step
+
+    def prog():
+        torch.manual_seed(0)
+        m = DigitsCNN().to(DEV)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(16, 1, 8, 8, generator=g).to(DEV)
+        y = torch.randint(0, 10, (16,), generator=g).to(DEV)
+        losses = [_step(m, opt, x, y) for _ in range(3)]
+        return _cpu(losses + list(m.parameters()))
+
+    ref, outs, (_, flushes, fused_runs) = run_both(prog, reps=2)
+    for o in outs:
+        assert bits_equal(o, ref)
+    assert fused_runs >= 3
+    conv = torch.nn.Conv2d(1, 2, 3).to(DEV)
+    with torchneuron.eager_mode("fused"):
+        a = torch.ones(1, 1, 5, 5, device=DEV) * 2  # pending
+        b = conv(a)  # runs the program, then the convolution
+        assert lazy.pending_ops() == 0
+        assert type(b.untyped_storage()._tn_cell) is torchneuron.storage.Cell
+        torch.testing.assert_close(b.cpu(), conv.cpu()(torch.ones(1, 1, 5, 5) * 2))

@@ -30,9 +30,14 @@ from .schema import TLIST, schema
 Tensor = torch.Tensor
 aten = torch.ops.aten
 
+# primitives XLA:CPU runs far slower as a conditional's branch than at top level (measured:
+# convolution 8.5x; dot, reduce_window, fft, sort, cumsum, gathers, reductions: within 20%)
+_SOLO_PRIMITIVES = ("conv_general_dilated",)
+
+
 class Executable:
     __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index", "warn",
-                 "overlaps", "avals")
+                 "overlaps", "avals", "solo")
 
 
 _warned_once: set = set()  # warn_once messages already given
@@ -175,11 +180,25 @@ class Entry:
     def record(exe, inputs, index):
         """Fused eager: append the call to the device's pending program; its results are
         storage.Pending values.  The executable's first recording traces it (abstractly),
-        so tracing errors and warnings come at the op, as op by op."""
+        so tracing errors and warnings come at the op, as op by op.  An executable that
+        XLA:CPU runs slowly inside a program (a convolution: 8x slower as a conditional's
+        branch) runs the pending program, then itself, op by op."""
         avals = exe.avals
         if avals is None:
-            avals = exe.avals = jax.eval_shape(
-                exe.fn, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
+            jaxpr = jax.make_jaxpr(exe.fn)(
+                *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
+            exe.avals = avals = tuple(jaxpr.out_avals)
+            text = str(jaxpr)
+            exe.solo = any(p in text for p in _SOLO_PRIMITIVES)
+        if exe.solo:
+            prog = _lazy.program(index)
+            if prog.ops:
+                prog.flush()
+            inputs = [x.result() if type(x) is storage.Pending else x for x in inputs]
+            try:
+                return exe.fn(*inputs)
+            except Exception as e:  # noqa: BLE001
+                raise translate_runtime_error(e, index) from None
         return _lazy.program(index).record(exe.fn, inputs, avals)
 
     @staticmethod
@@ -346,6 +365,7 @@ class Entry:
         exe.random = random
         exe.index = index
         exe.avals = None
+        exe.solo = False
         exe.overlaps = _aliased_pairs(self.op, sch, args) if mode == "inplace" else ()
         overlapped = any(t.overlap for grp in write_targets if grp is not None
                          for t in (grp if isinstance(grp, list) else [grp]))
