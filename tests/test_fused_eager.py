@@ -21,9 +21,11 @@ DEV = "neuron"
 
 
 @pytest.fixture(autouse=True)
-def _op_mode_after():
+def _mode_restored():
+    """Each test starts op by op; the process's mode (TORCHNEURON_EAGER) comes back after."""
+    prev = torchneuron.set_eager_mode("op")
     yield
-    torchneuron.set_eager_mode("op")
+    torchneuron.set_eager_mode(prev)
 
 
 def run_both(fn, *args, reps=3):
