@@ -162,11 +162,11 @@ class Entry:
             inputs = inputs + [device.next_rng_input(index)]
         if exe.out_bytes:
             storage.check_room(index, exe.out_bytes)
-        if fused:
-            res = self.record(exe, inputs, index)
-        else:
+        res = self.record(exe, inputs, index) if fused else None
+        if res is None:
             try:
-                res = exe.fn(*inputs)
+                res = exe.fn(*[x.result() if type(x) is storage.Pending else x
+                               for x in inputs] if fused else inputs)
             except Exception as e:  # noqa: BLE001
                 raise translate_runtime_error(e, index) from None
         for msg, once in exe.warn:  # (filled while the first call traces the lowering)
@@ -182,7 +182,8 @@ class Entry:
         storage.Pending values.  The executable's first recording traces it (abstractly),
         so tracing errors and warnings come at the op, as op by op.  An executable that
         XLA:CPU runs slowly inside a program (a convolution: 8x slower as a conditional's
-        branch) runs the pending program, then itself, op by op."""
+        branch) is not recorded: the pending program runs and None tells the caller to
+        call the executable itself, op by op."""
         avals = exe.avals
         if avals is None:
             jaxpr = jax.make_jaxpr(exe.fn)(
@@ -191,14 +192,8 @@ class Entry:
             text = str(jaxpr)
             exe.solo = any(p in text for p in _SOLO_PRIMITIVES)
         if exe.solo:
-            prog = _lazy.program(index)
-            if prog.ops:
-                prog.flush()
-            inputs = [x.result() if type(x) is storage.Pending else x for x in inputs]
-            try:
-                return exe.fn(*inputs)
-            except Exception as e:  # noqa: BLE001
-                raise translate_runtime_error(e, index) from None
+            _lazy.program(index).flush()
+            return None
         return _lazy.program(index).record(exe.fn, inputs, avals)
 
     @staticmethod

@@ -159,7 +159,7 @@ class Pending:
     the program will compute.  `value` is set when the program has run; `error` when
     it failed."""
 
-    __slots__ = ("prog", "k", "dtype", "shape", "value", "error", "__weakref__")
+    __slots__ = ("prog", "k", "dtype", "shape", "value", "error")
 
     def __init__(self, prog, k, dtype, shape):
         self.prog = prog

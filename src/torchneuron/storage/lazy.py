@@ -36,8 +36,8 @@ from .. import config, runtime
 from .cells import Pending, translate_runtime_error
 
 _MODES = ("op", "fused")
-_mode = config.get("TORCHNEURON_EAGER")
-fused = _mode == "fused"  # read by the dispatcher's hot path
+_mode = "op"  # TORCHNEURON_EAGER, applied at the end of this module
+fused = False  # read by the dispatcher's hot path
 MAX_OPS = config.get("TORCHNEURON_FUSE_MAX_OPS")
 _lock = threading.RLock()
 _programs: dict = {}  # device index -> Program
@@ -248,7 +248,4 @@ def eager_mode(mode_: str):
         set_mode(prev)
 
 
-if fused:  # TORCHNEURON_EAGER=fused: the optimizer hook
-    fused = False
-    _mode = "op"
-    set_mode("fused")
+set_mode(config.get("TORCHNEURON_EAGER"))
