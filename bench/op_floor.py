@@ -81,7 +81,7 @@ def main(argv=None):
         ("torch dispatch into an empty Python kernel", lambda: nop(x, y)),
         ("argument walk + key + cache lookup", walk_key),
         ("cached executable call", lambda: exe.fn(ax, ay)),
-        ("one result tensor (storage, cell, set_)", result_tensor),
+        ("one result tensor (cell, storage, tensor)", result_tensor),
         ("Entry called directly (all of the above but dispatch)", lambda: entry(x, y)),
         ("a + b through torch", lambda: x + y),
     ]

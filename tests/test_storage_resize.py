@@ -69,3 +69,49 @@ def test_resize_negative_raises():
     st = torch.ones(2, device="neuron").untyped_storage()
     with pytest.raises(RuntimeError, match="non-negative"):
         st.resize_(-1)
+
+
+# Result tensors: dense results on device 0 are made with their sizes over an empty
+# storage that takes the fake address (no set_); everything PyTorch reads of them must be
+# what set_ made, and later set_/resize_/storage resizes must behave as on the CPU.
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (3, 1, 4), (2, 3), (4, 0)])
+def test_result_tensors_match_cpu(shape):
+    from torchneuron.storage import cells
+
+    c = torch.arange(max(1, torch.Size(shape).numel()), dtype=torch.float32)[
+        :torch.Size(shape).numel()].reshape(shape)
+    r_cpu = c * 2 + 1
+    r = (c.to("neuron") * 2) + 1
+    if torch.Size(shape).numel():
+        assert cells._dense_shell == hasattr(torch.UntypedStorage, "_swap_data_ptr_")
+    for got, want in [(r.shape, r_cpu.shape), (r.stride(), r_cpu.stride()),
+                      (r.storage_offset(), 0), (r.is_contiguous(), True),
+                      (r.untyped_storage().nbytes(), r_cpu.untyped_storage().nbytes()),
+                      (r.device, torch.device("neuron", 0)), (r.dtype, torch.float32)]:
+        assert got == want
+    torch.testing.assert_close(r.cpu(), r_cpu)
+    if r.numel():
+        assert r.data_ptr() != 0 and cells.cell_at(r.data_ptr()) is cells.cell_of(r)
+    # a second tensor over the same storage sees writes through the first
+    alias = torch.empty(0, device="neuron").set_(r.untyped_storage(), 0, r.shape, r.stride())
+    alias_cpu = torch.empty(0).set_(r_cpu.untyped_storage(), 0, r_cpu.shape, r_cpu.stride())
+    r.add_(5)
+    r_cpu.add_(5)
+    torch.testing.assert_close(alias.cpu(), alias_cpu)
+    # growing the tensor regrows its storage; the old elements stay
+    n = min(r.numel(), 7)
+    r.resize_(7)
+    r_cpu.resize_(7)
+    assert r.shape == r_cpu.shape and r.untyped_storage().nbytes() >= 28
+    torch.testing.assert_close(r[:n].cpu(), r_cpu[:n])
+
+
+def test_result_tensor_memory_accounting():
+    base = torch.neuron.memory_allocated()
+    x = torch.ones(64, 64, device="neuron")
+    y = x + x
+    assert torch.neuron.memory_allocated() == base + 2 * 64 * 64 * 4
+    del y
+    assert torch.neuron.memory_allocated() == base + 64 * 64 * 4
+    del x
+    assert torch.neuron.memory_allocated() == base

@@ -281,13 +281,53 @@ _retype_fns: dict = {}
 def make_tensor(arr, dtype: torch.dtype, shape, strides, offset: int, index: int, nbytes: int):
     """A neuron tensor over a new storage whose cell holds the flat array `arr`."""
     addr = _alloc_addr(nbytes)
-    st = _construct_storage(addr, torch_device(index), nbytes)
-    st._tn_cell = cell = Cell(arr, nbytes, index)
+    cell = Cell(arr, nbytes, index)
     cell.addr = addr
     _by_addr[addr] = weakref.ref(cell)
+    if index == 0 and not offset and nbytes and type(shape) is tuple \
+            and (_dense_shell or _dense_shell is None and check_dense_shell()):
+        c = _contiguous.get(shape)
+        if c is None:
+            if len(_contiguous) >= 4096:
+                _contiguous.clear()
+            c = _contiguous[shape] = contiguous_strides(shape)
+        if strides == c:
+            # the common result, dense on device 0: a tensor made with its sizes, whose
+            # empty storage takes the fake address (half the time of set_, which
+            # re-checks and restrides the tensor)
+            t = _create_empty(shape, dtype)
+            st = t.untyped_storage()
+            st._swap_data_ptr_(_construct_storage(addr, _devices[0], nbytes))
+            st._tn_cell = cell
+            return t
+    st = _construct_storage(addr, torch_device(index), nbytes)
+    st._tn_cell = cell
     t = new_shell(index, dtype)
     _SET_STORAGE.redispatch_boxed(CPU_KEYS, t, st, offset, shape, strides)
     return t
+
+
+_contiguous: dict = {}  # shape -> its contiguous strides
+
+
+def check_dense_shell() -> bool:
+    """Whether this torch makes a device-0 tensor with sizes over an empty storage (no
+    allocator call) and swaps a storage's memory in place (torch >= 2.13): then
+    :func:`make_tensor` skips ``set_`` for dense results.  Checked at the first result."""
+    global _dense_shell
+    ok = False
+    if hasattr(torch.UntypedStorage, "_swap_data_ptr_"):
+        try:
+            t = _create_empty((2, 3), torch.float32)
+            ok = (t.device == torch_device(0) and t.untyped_storage().nbytes() == 0
+                  and t.stride() == (3, 1))
+        except Exception:  # noqa: BLE001  (an older torch: set_ for every result)
+            ok = False
+    _dense_shell = ok
+    return ok
+
+
+_dense_shell = None  # unknown until the first result tensor
 
 
 def new_shell(index: int, dtype: torch.dtype) -> torch.Tensor:
