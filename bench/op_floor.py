@@ -5,9 +5,12 @@
 For a 64x64 float32 add on neuron, times side by side in this one process:
 torch's dispatch into an empty Python PrivateUse1 kernel (a custom op registered for
 the bench), the argument walk and cache key, the cached executable's call, one
-result tensor, the whole Entry called directly, ``a + b`` through torch, and the same
-op recorded by fused eager (no executable call).  Prints microseconds per step and
-each step's share of ``a + b``; writes reports/op_floor.json.
+result tensor, the whole Entry called directly, ``a + b`` through torch, both again
+with the executable call stubbed (torchneuron's Python and torch without XLA), a
+jitted jax add alone and between a little torch CPU work (XLA:CPU's call costs more
+when its code is not hot), and the same op recorded by fused eager (no executable
+call).  Prints microseconds per step and each step's share of ``a + b``; writes
+reports/op_floor.json.
 """
 from __future__ import annotations
 
@@ -88,6 +91,35 @@ def main(argv=None):
     rows = {}
     for name, fn in steps:
         rows[name] = per_call(fn, n)
+
+    # the same two with the executable call stubbed (it returns a result computed
+    # before): what torchneuron's Python and torch cost without XLA
+    held = exe.fn(ax, ay)
+    real = exe.fn
+    exe.fn = lambda *a: held
+    try:
+        rows["Entry, executable call stubbed"] = per_call(lambda: entry(x, y), n)
+        rows["a + b, executable call stubbed"] = per_call(lambda: x + y, n)
+    finally:
+        exe.fn = real
+
+    # XLA:CPU's own call between other work: a jitted jax add alone and interleaved
+    # with a few microseconds of torch CPU work (no torchneuron), that work subtracted
+    import jax
+    import jax.numpy as jnp
+
+    jadd = jax.jit(lambda u, v: u + v)
+    ja, jb = jnp.ones((64, 64), jnp.float32), jnp.ones((64, 64), jnp.float32)
+    jadd(ja, jb).block_until_ready()
+    cpu_t = torch.empty(64, 64)
+
+    def torch_work():
+        return torch.empty(0).set_(cpu_t.untyped_storage(), 0, (64, 64), (64, 1)).stride()
+
+    work = per_call(torch_work, n)
+    rows["jitted jax add alone"] = per_call(lambda: jadd(ja, jb), n)
+    rows["jitted jax add between torch CPU work (work subtracted)"] = per_call(
+        lambda: (jadd(ja, jb), torch_work()), n) - work
     prev = torchneuron.set_eager_mode("fused")
     try:
         def fused_add():
@@ -98,9 +130,9 @@ def main(argv=None):
     finally:
         torchneuron.set_eager_mode(prev)
     total = rows["a + b through torch"]
-    print(f"{'step':58s} {'us':>8s} {'of a+b':>8s}")
+    print(f"{'step':60s} {'us':>8s} {'of a+b':>8s}")
     for name, us in rows.items():
-        print(f"{name:58s} {us:8.2f} {us / total:8.0%}")
+        print(f"{name:60s} {us:8.2f} {us / total:8.0%}")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "op_floor.json"), "w") as f:
         json.dump({"us": rows, "torch": torch.__version__}, f, indent=1)
