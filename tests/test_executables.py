@@ -15,6 +15,7 @@ def _distinct_ops(n, start):
     for i in range(n):
         x = torch.arange(start + i, dtype=torch.float32)
         outs.append((x, (x.to(DEV) * 3.0 - 1.0)))
+    torch.neuron.synchronize()  # fused eager compiles when its program runs
     return outs
 
 
