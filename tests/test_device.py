@@ -209,6 +209,9 @@ def test_two_devices_in_subprocess():
         "with torch.neuron.device(1):\n"
         "    assert torch.neuron.current_device() == 1\n"
         "    assert torch.ones(2, device='neuron').device.index == 1\n"
+        "    d = b + b\n"  # a device-0 result made while device 1 is current
+        "    assert d.device.index == 0 and d.untyped_storage().device.index == 0\n"
+        "    assert torch.equal(d.cpu(), torch.arange(4.0) * 4)\n"
         "print('ok')\n"
     )
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
