@@ -103,6 +103,16 @@ def main(argv=None):
     finally:
         exe.fn = real
 
+    # the eager executable store hands the entry a jax Compiled object (an AOT executable)
+    # instead of the jitted function: the same op through it, in this run
+    real = exe.fn
+    exe.fn = getattr(exe, "jit", real).trace(ax, ay).lower().compile()
+    try:
+        rows["a + b through torch, AOT executable (eager store)"] = per_call(
+            lambda: x + y, n)
+    finally:
+        exe.fn = real
+
     # XLA:CPU's own call between other work: a jitted jax add alone and interleaved
     # with a few microseconds of torch CPU work (no torchneuron), that work subtracted
     import jax

@@ -84,9 +84,10 @@ KNOBS = {k.name: k for k in [
          "torch.compile: every compiled graph's StableHLO and a summary are written here "
          "(docs/compile.md)."),
     Knob("TORCHNEURON_COMPILE_CACHE_DIR", None, "path",
-         "the persistent XLA compilation cache of eager ops and torch.compile graphs, so a "
-         "second run starts warm (default `$TORCHNEURON_CACHE_DIR/xla`; `off` disables it; "
-         "a folder set with jax's own `jax_compilation_cache_dir` wins). docs/eager.md."),
+         "the persistent compilation caches of eager ops (the eager executable store: no "
+         "trace on a warm first call) and torch.compile graphs (jax's cache), so a second "
+         "run starts warm (default `$TORCHNEURON_CACHE_DIR/xla`; `off` disables both; a "
+         "folder set with jax's own `jax_compilation_cache_dir` wins). docs/eager.md."),
     Knob("TORCHNEURON_COMPILE_CACHE_MIN_SECS", "0", "float",
          "only executables that took at least this long to compile are written to the "
          "persistent cache (default 0: all)."),

@@ -441,12 +441,23 @@ def maybe_release_executables() -> bool:
     return full
 
 
+_release_hooks = []
+
+
+def on_release(fn) -> None:
+    """Call `fn()` whenever every executable is released (holders of their own jax
+    executables drop them there)."""
+    _release_hooks.append(fn)
+
+
 def release_executables(reason: str = "asked") -> None:
-    """Drop every compiled executable jax holds (eager ones recompile when next used;
-    torch.compile graphs keep their own)."""
+    """Drop every compiled executable jax holds (eager ones recompile, or reload from the
+    eager executable store, when next used; torch.compile graphs keep their own)."""
     import gc
 
     jax.clear_caches()
+    for fn in _release_hooks:
+        fn()
     gc.collect()
     EXE_STATS.releases += 1
     EXE_STATS.since_release = 0

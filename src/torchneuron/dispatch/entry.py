@@ -11,6 +11,7 @@ writes, and jits it for the device.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import warnings
 
@@ -21,6 +22,7 @@ from .. import config, lowering, runtime, storage
 from ..storage import lazy as _lazy
 from ..numerics import scalar_type_name
 from . import meta as _meta
+from . import store
 from .executable import (FusedWalk, Walk, as_array, current_device, dense_strides, fill, global_state,
                          layout, template)
 from .meta import device_mismatch, translate_runtime_error
@@ -37,7 +39,7 @@ _SOLO_PRIMITIVES = ("conv_general_dilated",)
 
 class Executable:
     __slots__ = ("fn", "outs", "writes", "returns", "out_bytes", "random", "index", "warn",
-                 "overlaps", "avals", "solo")
+                 "overlaps", "avals", "solo", "jit", "store_key", "reset", "__weakref__")
 
 
 _warned_once: set = set()  # warn_once messages already given
@@ -186,7 +188,7 @@ class Entry:
         call the executable itself, op by op."""
         avals = exe.avals
         if avals is None:
-            jaxpr = jax.make_jaxpr(exe.fn)(
+            jaxpr = jax.make_jaxpr(exe.jit)(
                 *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
             exe.avals = avals = tuple(jaxpr.out_avals)
             text = str(jaxpr)
@@ -194,7 +196,7 @@ class Entry:
         if exe.solo:
             _lazy.program(index).flush()
             return None
-        return _lazy.program(index).record(exe.fn, inputs, avals)
+        return _lazy.program(index).record(exe.jit, inputs, avals)
 
     @staticmethod
     def _dyn_values(dyn, index):
@@ -352,7 +354,12 @@ class Entry:
             return tuple(outs) + tuple(slots[s] for s in writes_slots)
 
         exe = Executable()
-        exe.fn = jax.jit(traced, out_shardings=jax.sharding.SingleDeviceSharding(device))
+        exe.fn = exe.jit = jax.jit(traced, out_shardings=jax.sharding.SingleDeviceSharding(device))
+        exe.store_key = None
+        if store.folder() is not None:  # the eager executable store (dispatch/store.py)
+            exe.store_key = store.key_of((self.name, low.op.name(), mode, key), device)
+            if exe.store_key is not None:
+                exe.fn = functools.partial(_first_call, exe)
         exe.outs = out_specs
         exe.writes = writes_slots
         exe.returns = ret_plan
@@ -370,6 +377,47 @@ class Entry:
             self.cache.popitem(last=False)
         self.cache[key] = exe
         return exe
+
+
+def _first_call(exe, *inputs):
+    """An executable's first call with the eager executable store on: load it from the
+    store (no trace, no compile; its trace's warnings come with it), else trace, compile
+    and store it.  Later calls go straight to the jax executable."""
+    device = runtime.jax_device(exe.index)
+    got = store.load(exe.store_key, device)
+    if got is not None:
+        compiled, warn = got
+        try:
+            res = compiled(*inputs)
+        except Exception:  # noqa: BLE001  an entry that does not run here: build it again
+            store.discard(exe.store_key)
+        else:
+            exe.fn, exe.warn = compiled, warn
+            store.track(exe, _unload)
+            return res
+    hits = store.jax_cache_hits()
+    compiled = exe.jit.trace(*inputs).lower().compile()  # the trace fills exe.warn
+    if store.jax_cache_hits() != hits:
+        # jax's cache served it (written under another code version): XLA:CPU cannot
+        # serialize again an executable it loaded (its kernels are missing), so compile it
+        # once more past jax's cache (a new function: jit's own caches miss) for the store
+        store.STATS.jax_served += 1
+        with store.jax_cache_bypassed() as bypassed:
+            if bypassed:
+                fresh = jax.jit(functools.partial(exe.jit.__wrapped__),
+                                out_shardings=jax.sharding.SingleDeviceSharding(device))
+                compiled = fresh.trace(*inputs).lower().compile()
+        hits = store.jax_cache_hits() if bypassed else None
+    if store.jax_cache_hits() == hits:
+        store.save(exe.store_key, compiled, exe.warn)
+    exe.fn = compiled
+    store.track(exe, _unload)
+    return compiled(*inputs)
+
+
+def _unload(exe):
+    """Releasing every executable: drop this one's (the next call loads it again)."""
+    exe.fn = functools.partial(_first_call, exe)
 
 
 def make_out(arr, sp, index):

@@ -1,0 +1,213 @@
+"""The eager executable store: compiled eager executables on disk, keyed by the eager
+cache key itself.
+
+jax's persistent compilation cache (runtime.persistent_cache) is keyed by the lowered
+module, so a warm process still traces every op's lowering to a jaxpr and lowers it to
+StableHLO before it finds the executable on disk: for the first ``generate()`` of a tiny
+GPT-2 that trace and lowering were 3.5 of 4.7 s.  This store is keyed by what the eager
+entry already knows before any trace: the op, its lowering, the entry's cache key
+(dtypes, shapes, strides, static arguments, aliasing, device, global state) and a code
+version (a hash of torchneuron's sources, the jax/jaxlib/torch versions, the device kind
+and the environment variables that configure XLA, jax and torchneuron).  A hit
+deserializes the XLA executable and the warnings its trace gave, with no trace at all.
+
+It lives in the persistent cache's folder (entries ``tn-eager-<sha256>-cache``, under the
+same size cap) and is on exactly when that cache is.  Executables whose key cannot be
+written stably (an object printed by address), or that call back into Python (host
+callbacks) or hold constants, are not stored: they compile as before.  An executable
+jax's own cache served (an entry of another code version) is compiled once more, past
+jax's cache, to be stored (see :func:`jax_cache_hits`).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import weakref
+
+import jax
+
+from .. import runtime
+
+PREFIX = "tn-eager-"
+SUFFIX = "-cache"
+
+
+class _Stats:
+    loads = 0       # executables read from the store (no trace, no compile)
+    writes = 0      # executables written to it
+    unstorable = 0  # executables that compiled but could not be stored
+    jax_served = 0  # executables jax's persistent cache served (compiled again to store)
+    discarded = 0   # entries that loaded but did not run (removed, built again)
+
+
+STATS = _Stats()
+_version = None
+_loaded = weakref.WeakSet()  # executables whose fn is a loaded/compiled jax executable
+_hooked = False
+
+
+def folder():
+    """The store's folder (the persistent cache's), or None when it is off."""
+    return runtime.persistent_cache()
+
+
+def code_version() -> str:
+    """What an executable depends on beyond its key (computed once per process)."""
+    global _version
+    if _version is None:
+        import jaxlib
+        import torch
+
+        h = hashlib.sha256()
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    h.update(os.path.relpath(path, root).encode())
+                    with open(path, "rb") as f:
+                        h.update(f.read())
+        env = sorted((k, v) for k, v in os.environ.items()
+                     if k.startswith(("TORCHNEURON_", "XLA_", "JAX_"))
+                     and not k.startswith(("TORCHNEURON_COMPILE_CACHE", "TORCHNEURON_CACHE_DIR")))
+        h.update(repr((jax.__version__, jaxlib.__version__, torch.__version__, env,
+                       jax.config.jax_enable_x64,
+                       jax.config.jax_default_matmul_precision)).encode())
+        _version = h.hexdigest()
+    return _version
+
+
+def key_of(parts, device):
+    """The store key of an executable (None when `parts` do not print stably)."""
+    text = repr(parts)
+    if " at 0x" in text:
+        return None
+    h = hashlib.sha256(code_version().encode())
+    h.update(repr((device.platform, device.device_kind, device.id)).encode())
+    h.update(text.encode())
+    return h.hexdigest()
+
+
+_jax_hits = [0]
+_listening = False
+
+
+def jax_cache_hits() -> int:
+    """How many executables jax's persistent cache has served in this process.  An
+    executable jax loaded from its cache is not stored as it is: XLA:CPU serializes such an
+    executable without its compiled kernels, and loading that fails at the first call
+    ("Function ... not found"); it is compiled again past jax's cache for the store."""
+    global _listening
+    if not _listening:
+        _listening = True
+        from jax import monitoring
+
+        def on_event(event, **kwargs):
+            if event == "/jax/compilation_cache/cache_hits":
+                _jax_hits[0] += 1
+
+        monitoring.register_event_listener(on_event)
+    return _jax_hits[0]
+
+
+@contextlib.contextmanager
+def jax_cache_bypassed():
+    """Compiles inside skip jax's persistent cache (yields False where this jax keeps its
+    cache switch elsewhere: then nothing is bypassed)."""
+    try:
+        from jax._src import compilation_cache as cc
+
+        saved = (cc._cache_checked, cc._cache_used)
+    except (ImportError, AttributeError):
+        yield False
+        return
+    cc._cache_checked, cc._cache_used = True, False
+    try:
+        yield True
+    finally:
+        cc._cache_checked, cc._cache_used = saved
+
+
+def _path(key):
+    return os.path.join(folder(), PREFIX + key + SUFFIX)
+
+
+def load(key, device):
+    """(compiled executable, warnings) stored under `key`, or None."""
+    try:
+        with open(_path(key), "rb") as f:
+            blob = f.read()
+    except OSError:
+        return None
+    try:
+        from jax.experimental import serialize_executable
+
+        payload, in_tree, out_tree, warn = pickle.loads(blob)
+        compiled = serialize_executable.deserialize_and_load(
+            payload, in_tree, out_tree, backend=device.client, execution_devices=[device])
+    except Exception:  # noqa: BLE001  a torn or foreign entry: compile instead
+        return None
+    STATS.loads += 1
+    # a loaded executable maps memory like a compiled one: count it for the release check
+    runtime.EXE_STATS.compiles += 1
+    runtime.EXE_STATS.since_release += 1
+    return compiled, list(warn)
+
+
+def discard(key) -> None:
+    """Remove an entry that loaded but did not run."""
+    STATS.discarded += 1
+    try:
+        os.remove(_path(key))
+    except OSError:
+        pass
+
+
+def save(key, compiled, warn) -> bool:
+    """Write `compiled` (and its trace's warnings) under `key`; False when it cannot be."""
+    try:
+        call = compiled._executable.unsafe_call
+        if getattr(call, "has_host_callbacks", True) or \
+                getattr(call, "has_unordered_effects", True):
+            raise ValueError("host callbacks or effects")
+        from jax.experimental import serialize_executable
+
+        payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+        blob = pickle.dumps((payload, in_tree, out_tree, [(str(m), bool(o)) for m, o in warn]))
+    except Exception:  # noqa: BLE001  not serializable: it stays in memory only
+        STATS.unstorable += 1
+        return False
+    path = _path(key)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)  # whole entries only: a concurrent reader never sees half
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        return False
+    STATS.writes += 1
+    return True
+
+
+def track(exe, reset) -> None:
+    """Remember an executable holding a jax executable of its own, so that releasing every
+    executable (runtime.release_executables) resets it with `reset(exe)`."""
+    global _hooked
+    if not _hooked:
+        _hooked = True
+        runtime.on_release(_release)
+    _loaded.add(exe)
+    exe.reset = reset
+
+
+def _release():
+    for exe in list(_loaded):
+        exe.reset(exe)
+    _loaded.clear()
