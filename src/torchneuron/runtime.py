@@ -255,6 +255,7 @@ MAX_LIVE_EXECUTABLES = config.get("TORCHNEURON_MAX_LIVE_EXECUTABLES")
 
 class _ExeStats:
     compiles = 0        # XLA compiles seen (jax's backend_compile events)
+    jax_cache_hits = 0  # of those, executables jax's persistent cache served
     since_release = 0   # compiles since the last release
     next_check = CHECK_EVERY
     releases = 0        # times every executable was released
@@ -271,6 +272,39 @@ def _on_duration(event, duration_secs=None, **kwargs):
     if event.endswith("backend_compile_duration"):
         EXE_STATS.compiles += 1
         EXE_STATS.since_release += 1
+
+
+def _on_event(event, **kwargs):
+    if event == "/jax/compilation_cache/cache_hits":
+        EXE_STATS.jax_cache_hits += 1
+
+
+def jax_cache_hits() -> int:
+    """How many executables jax's persistent cache has served in this process (read it
+    before and after a compile: the difference says whether that compile was a disk
+    hit)."""
+    watch_compiles()
+    return EXE_STATS.jax_cache_hits
+
+
+def write_whole(path: str, data: bytes) -> bool:
+    """Write `data` to `path` as a whole: to a temporary name, then renamed, so a process
+    reading the folder meanwhile never sees half a file.  False (and nothing left behind)
+    where the disk refuses."""
+    import os
+
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- persistent compilation cache
@@ -341,18 +375,8 @@ def _atomic_cache_writes() -> None:
         if getattr(self, "eviction_enabled", True) or not key:
             return orig(self, key, value)
         target = os.path.join(str(self.path), f"{key}{suffix}")
-        if os.path.exists(target):
-            return None
-        tmp = os.path.join(str(self.path), f".{key}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(value)
-            os.replace(tmp, target)
-        except OSError:  # a read-only or full disk: the executable stays in memory only
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
+        if not os.path.exists(target):
+            write_whole(target, value)  # a read-only or full disk: kept in memory only
         return None
 
     put._torchneuron = True
@@ -390,7 +414,7 @@ def trim_cache(path, cap: int) -> int:
 
 
 def watch_compiles() -> None:
-    """Count XLA compiles (once per process)."""
+    """Count XLA compiles and jax's persistent-cache hits (once per process)."""
     global _listening
     if _listening:
         return
@@ -399,6 +423,7 @@ def watch_compiles() -> None:
         from jax import monitoring
 
         monitoring.register_event_duration_secs_listener(_on_duration)
+        monitoring.register_event_listener(_on_event)
     except Exception:  # noqa: BLE001  (an old jax without the hook: no counting)
         pass
 

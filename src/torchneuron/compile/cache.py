@@ -14,8 +14,6 @@ import contextlib
 
 from .. import config, runtime
 
-_listening = False
-
 
 def cache_dir():
     """The folder of the persistent compilation cache (None when off)."""
@@ -24,25 +22,8 @@ def cache_dir():
 
 
 def setup():
-    """Configure the cache (once; before the first compile) and count graph disk hits."""
-    global _listening
+    """Configure the cache (once; before the first compile)."""
     runtime.persistent_cache()
-    if _listening:
-        return
-    _listening = True
-    try:
-        from jax import monitoring
-
-        monitoring.register_event_listener(_on_event)
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def _on_event(event, **kwargs):
-    if event == "/jax/compilation_cache/cache_hits" and _compiling_depth[0]:
-        from .counters import STATS
-
-        STATS.disk_cache_hits += 1
 
 
 _compiling_depth = [0]
@@ -50,9 +31,12 @@ _compiling_depth = [0]
 
 @contextlib.contextmanager
 def compiling():
-    """Around a graph's lower+compile: write it to the disk cache whatever its compile time."""
+    """Around a graph's lower+compile: write it to the disk cache whatever its compile time;
+    count the graph executables jax's cache served."""
     setup()
     secs = config.get("TORCHNEURON_COMPILE_CACHE_MIN_SECS")
+    outer = not _compiling_depth[0]
+    hits = runtime.jax_cache_hits()
     _compiling_depth[0] += 1
     try:
         state = _min_time_state()
@@ -63,6 +47,10 @@ def compiling():
             yield
     finally:
         _compiling_depth[0] -= 1
+        if outer:
+            from .counters import STATS
+
+            STATS.disk_cache_hits += runtime.jax_cache_hits() - hits
 
 
 def _min_time_state():

@@ -91,26 +91,12 @@ def key_of(parts, device):
     return h.hexdigest()
 
 
-_jax_hits = [0]
-_listening = False
-
-
 def jax_cache_hits() -> int:
     """How many executables jax's persistent cache has served in this process.  An
     executable jax loaded from its cache is not stored as it is: XLA:CPU serializes such an
     executable without its compiled kernels, and loading that fails at the first call
     ("Function ... not found"); it is compiled again past jax's cache for the store."""
-    global _listening
-    if not _listening:
-        _listening = True
-        from jax import monitoring
-
-        def on_event(event, **kwargs):
-            if event == "/jax/compilation_cache/cache_hits":
-                _jax_hits[0] += 1
-
-        monitoring.register_event_listener(on_event)
-    return _jax_hits[0]
+    return runtime.jax_cache_hits()
 
 
 @contextlib.contextmanager
@@ -180,17 +166,7 @@ def save(key, compiled, warn) -> bool:
     except Exception:  # noqa: BLE001  not serializable: it stays in memory only
         STATS.unstorable += 1
         return False
-    path = _path(key)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, path)  # whole entries only: a concurrent reader never sees half
-    except OSError:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+    if not runtime.write_whole(_path(key), blob):  # a concurrent reader never sees half
         return False
     STATS.writes += 1
     return True
