@@ -4,8 +4,10 @@ the CPU, natively (fallback policy "error").
 NJT is PyTorch's own Python subclass over a dense `values` buffer and `offsets`: its ops
 become dense ops on the buffer (ours), plus the two jagged <-> padded conversions that
 to_padded_tensor, softmax over the ragged dimension and their gradients use (lowered in
-ops/shape.py).  SDPA over jagged batches, the gradient of a mean over the ragged dimension and
-torch.compile over NJTs are documented gaps (docs/limitations.md).
+ops/shape.py).  SDPA over jagged batches pads, masks and gathers (upstream_hooks.py);
+torch.compile(backend="neuron") takes NJTs too (their ragged size reaches the compiled graph as
+an input no computation reads).  The gradient of a mean over the ragged dimension is
+PyTorch's own gap (docs/limitations.md).
 """
 from __future__ import annotations
 
@@ -32,15 +34,19 @@ def _padded(t, value=0.0):
     return torch.nested.to_padded_tensor(t, value) if t.is_nested else t
 
 
-def _same(fn, atol=1e-6, grad=False, **kw):
-    """fn(njt, device) on the CPU and on the device: equal padded results (and input
-    gradients of the sum of the padded result)."""
+def _same(fn, atol=1e-6, grad=False, compiled=False, **kw):
+    """fn(njt, device) on the CPU and on the device (through torch.compile(backend="neuron")
+    with `compiled`): equal padded results (and input gradients of the sum of the padded
+    result)."""
     out = {}
     for device in ("cpu", DEV):
         x = _njt(device, grad=grad, **kw)
         ctx = native_only() if device == DEV else warnings.catch_warnings()
+        run = fn
+        if compiled and device == DEV:
+            run = torch.compile(lambda x, d: fn(x, d), backend="neuron")
         with ctx:
-            r = fn(x, device)
+            r = run(x, device)
             p = _padded(r)
             if grad:
                 p.sum().backward()
@@ -81,6 +87,54 @@ def test_njt_forward(case):
                                   "relu * scalar + scalar"])
 def test_njt_backward(case):
     _same(CASES[case], grad=True)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_njt_compiled_forward(case):
+    from torchneuron.compile import stats
+
+    torch._dynamo.reset()
+    before = stats()
+    _same(CASES[case], compiled=True)
+    after = stats()
+    assert after["compilations"] > before["compilations"]  # it did go through the backend
+    assert after["split_graphs"] == before["split_graphs"]  # whole graphs, no eager nodes
+
+
+@pytest.mark.parametrize("case", ["linear", "softmax ragged dim", "layer_norm", "gelu(linear)"])
+def test_njt_compiled_backward(case):
+    torch._dynamo.reset()
+    _same(CASES[case], grad=True, compiled=True)
+
+
+def test_njt_compiled_new_lengths_reuse_the_executable():
+    """The ragged size is not part of an executable's key: a batch with other sequence
+    lengths but the same total, shortest and longest length (NJT keeps the last two as
+    shapes of cached tensors) runs the executable compiled for the first; values follow
+    each batch's offsets (against the CPU)."""
+    from torchneuron.compile import stats
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: F.layer_norm(x, (8,)).sin() * x, backend="neuron")
+    for i, lengths in enumerate([(2, 5, 3), (3, 5, 2), (5, 2, 3)]):
+        x, xd = _njt("cpu", lengths=lengths, seed=i), _njt(DEV, lengths=lengths, seed=i)
+        with native_only():
+            r = fn(xd)
+        torch.testing.assert_close(_padded(r).cpu(), _padded(F.layer_norm(x, (8,)).sin() * x),
+                                   atol=1e-6, rtol=1e-5)
+        assert r.offsets().cpu().tolist() == x.offsets().tolist()
+        if i == 0:
+            builds = stats()["compilations"]
+    assert stats()["compilations"] == builds
+
+
+def test_njt_compiled_sdpa_matches_cpu():
+    def attend(q, d):
+        return F.scaled_dot_product_attention(_heads(q), _heads(q), _heads(q * 0.5))\
+            .transpose(1, 2).flatten(-2)
+
+    torch._dynamo.reset()
+    _same(attend, grad=True, compiled=True)
 
 
 def test_njt_from_padded_round_trip():

@@ -67,6 +67,11 @@ def _walk(args):
                 toks.append(("cpu", a.dtype, a.shape))
         elif isinstance(a, (int, float, bool)) or a is None:
             toks.append(("v", type(a), a))
+        elif isinstance(a, torch.SymInt) and a.node.is_nested_int():
+            # a NestedTensor's ragged size (jagged layout): a graph input only so that the
+            # outputs' NestedTensor metadata can carry it; no compute reads it (a trace that
+            # did would fail on the symbol), so its identity is not part of the key
+            toks.append(("nested", a.node.nested_int_coeff()))
         elif isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise RuntimeError("torchneuron.compile: a symbolic value reached the compiled graph "
                                "at run time")
@@ -150,9 +155,13 @@ _NO_VAL_OK = {aten._assert_tensor_metadata.default} if hasattr(aten, "_assert_te
 def _propagate(gm, args):
     """Concrete metadata for every node: run the graph on fake copies of the inputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(a) if isinstance(a, Tensor) else a for a in args]
+    # a shape environment only for a jagged NestedTensor's offsets, whose fake copy carries
+    # a symbolic ragged size; every shape stays concrete (static_shapes)
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+    fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, Tensor) else a
+             for a in args]
     metas = {}
 
     class _P(torch.fx.Interpreter):
@@ -654,8 +663,10 @@ class CompiledGraph:
             tensors = [x for x in vs if isinstance(x, Tensor)]
             if not tensors or any(x.device.type != "cpu" for x in tensors):
                 continue
-            if all(i in host_vals for i in ins if isinstance(i.meta.get("val"), (Tensor, list, tuple))
-                   or i.op == "placeholder"):
+            # every input a host value: a node moves before the device work, so an input
+            # computed there (a size read off a device tensor, as a jagged NestedTensor's
+            # cached lengths use) keeps it in place
+            if all(i in host_vals for i in ins):
                 host.add(n)
                 host_vals.add(n)
         return host
