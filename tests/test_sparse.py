@@ -275,9 +275,24 @@ def test_csr_mm_gradients_match_cpu():
     torch.testing.assert_close(res[DEV][2], res["cpu"][2], atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("convert", [
+    lambda t: t.to_sparse(layout=torch.sparse_bsr, blocksize=(1, 2)),
+    lambda t: t.to_sparse_bsr((1, 2)), lambda t: t.to_sparse_bsc((1, 2))],
+    ids=["to_sparse(layout=bsr)", "to_sparse_bsr", "to_sparse_bsc"])
+def test_block_layouts_raise_not_implemented_before_any_fallback(convert):
+    """Refused at the op, naming it and the layout, without the CPU fallback's warning or a
+    fallback count (nothing ran on the CPU)."""
+    import torchneuron
+
+    before = sum(torchneuron.fallback_stats().values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "runs on the CPU" warning
+        with pytest.raises(NotImplementedError, match=r"torch\.sparse_bs[rc]\b.*not supported"):
+            convert(_X.to(DEV))
+    assert sum(torchneuron.fallback_stats().values()) == before
+
+
 def test_other_compressed_layouts_raise_not_implemented():
-    with pytest.raises(NotImplementedError, match="sparse_bsr"):
-        _X.to(DEV).to_sparse(layout=torch.sparse_bsr, blocksize=(1, 2))
     with pytest.raises(NotImplementedError, match="csr"):
         torch.randn(2, 3, 4).to(DEV).to_sparse_csr()
 

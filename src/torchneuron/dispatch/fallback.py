@@ -103,8 +103,24 @@ def decomposed_ops() -> list:
     return list(_decomp_entries)
 
 
+# conversions whose result layout the device cannot hold: refused before any CPU round trip
+# (and before the fallback's warning, which would promise a result)
+_UNSUPPORTED_RESULT_LAYOUT = {"aten::_to_sparse_bsr": torch.sparse_bsr,
+                              "aten::_to_sparse_bsc": torch.sparse_bsc}
+
+
+def _unsupported_layout(name, layout):
+    return NotImplementedError(
+        f"torchneuron: {name} returns a {layout} tensor, and {layout} tensors are not "
+        "supported on the neuron device (sparse COO, and 2-D CSR/CSC, are; "
+        "docs/limitations.md)")
+
+
 def cpu_fallback(op, *args, **kwargs):
     name = op.name()
+    layout = _UNSUPPORTED_RESULT_LAYOUT.get(name)
+    if layout is not None:
+        raise _unsupported_layout(name, layout)
     policy = fallback_policy()
     if policy == "error":
         raise FallbackError(
@@ -202,9 +218,7 @@ def run_on_cpu(op, args, kwargs):
         if isinstance(r, Tensor) and r.layout != torch.strided:
             if r.layout == torch.sparse_coo:  # its indices and values move to the device
                 return r.to(torch.device("neuron", index))
-            raise NotImplementedError(
-                f"torchneuron: {op.name()} returns a {r.layout} tensor, and {r.layout} tensors "
-                "are not supported on the neuron device (sparse COO is; docs/limitations.md)")
+            raise _unsupported_layout(op.name(), r.layout)
         if isinstance(r, Tensor):
             if id(r) in mutated_by_cpu:
                 return mutated_by_cpu[id(r)]
