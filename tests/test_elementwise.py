@@ -245,6 +245,12 @@ def test_binary_broadcast_and_scalars(name, fn):
     check_or_raises(fn, a.transpose(0, 2), b[:1], **tols)  # non-contiguous
     check_or_raises(fn, torch.tensor(3, dtype=dt), torch.tensor(2, dtype=dt), **tols)  # 0-d
     check_or_raises(fn, torch.zeros(0, 5, dtype=dt), b[:1].reshape(1, 1), **tols)  # empty
+    if name in _NONZERO:  # integer division broadcasts too (lax.div and lax.rem do not)
+        for idt in (torch.int64, torch.int8):
+            ai, bi = seeded((4, 1, 5), idt, -9, 9), seeded((3, 1), idt, 1, 5, seed=4)
+            check_or_raises(fn, ai, bi)
+            check_or_raises(fn, bi, ai.abs() + 1)
+            check_or_raises(fn, ai, bi[0, 0])  # 0-d divisor
     # Python scalars on either side (wrapped numbers)
     check_or_raises(lambda x: fn(x, 2), a, **tols)
     if name not in ("isclose", "ldexp", "xlog1py", "zeta", "igamma", "igammac", "nextafter",

@@ -189,6 +189,7 @@ def div_mode(x, y, *, rounding_mode=None):
         return true_divide(*_compute(x, y, dt=dt))
     x, y = _exact_divisor(*_compute(x, y, dt=dt))
     if _is_int(dt):
+        x, y = jnp.broadcast_arrays(x, y)  # lax.div and lax.rem do not broadcast
         if rounding_mode == "trunc":
             return lax.div(x, y)
         return _div_floor_int(x, y)
