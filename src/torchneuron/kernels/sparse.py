@@ -22,6 +22,8 @@ kernel here does not cover (docs/limitations.md lists what is covered).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
@@ -223,8 +225,12 @@ def _mm(a, b):
             raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x"
                                f"{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
         if a.dtype != b.dtype:
-            raise RuntimeError(f"expected scalar type {_scalar_name(a.dtype)} but found "
-                               f"{_scalar_name(b.dtype)}")
+            both = a.layout in _COMPRESSED and b.layout in _COMPRESSED
+            want, got = (b.dtype, a.dtype) if both else (a.dtype, b.dtype)
+            raise RuntimeError(f"expected scalar type {_scalar_name(want)} but found "
+                               f"{_scalar_name(got)}")
+        if a.layout in _COMPRESSED and b.layout in _COMPRESSED:
+            return _compressed_matmul(a, b)
     if a.layout != torch.strided and b.layout == torch.strided:
         rows, cols, vals = _triples(a)
         out = b.new_zeros((a.shape[0], b.shape[1]))
@@ -237,6 +243,30 @@ def _mm(a, b):
     _unsupported("aten::mm", a, b)
 
 
+def _compressed_matmul(a, b):
+    """CSR/CSC @ CSR/CSC -> CSR, as PyTorch's CPU: a value is stored wherever the two
+    matrices' stored positions meet (an exact zero sum included); the values are the dense
+    product's there."""
+    if a.dtype.is_floating_point is False and not a.dtype.is_complex:
+        raise NotImplementedError('"addmm_out_sparse_csr_impl_mkl_sparse" not implemented '
+                                  f"for '{_scalar_name(a.dtype)}'")
+    (m, k), n = a.shape, b.shape[1]
+
+    def dense_and_pattern(s, shape):
+        rows, cols, vals = _csr_triples(s)
+        dense = vals.new_zeros(shape).index_put_((rows, cols), vals, accumulate=True)
+        stored = torch.zeros(shape, dtype=torch.float32, device=vals.device)
+        stored.index_put_((rows, cols), torch.ones_like(rows, dtype=torch.float32))
+        return dense, stored
+
+    da, pa = dense_and_pattern(a, (m, k))
+    db, pb = dense_and_pattern(b, (k, n))
+    # counts of meeting positions: sums of ones, exact in float32 below 2**24 terms
+    idx = ((pa @ pb) != 0).nonzero().t()
+    rows, cols = idx[0].contiguous(), idx[1].contiguous()
+    return _csr_from_rows(rows, cols, (da @ db)[rows, cols], (m, n))
+
+
 @kernel("mm.default", key=KEY)
 def mm(self, mat2):
     return _mm(self, mat2)
@@ -246,6 +276,11 @@ def mm(self, mat2):
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     """beta * self + alpha * (mat1 @ mat2) for a dense `self`; beta=0 ignores `self` (NaN
     included), as PyTorch does."""
+    if self.layout == torch.sparse_csr and mat1.layout in _COMPRESSED \
+            and mat2.layout in _COMPRESSED:  # torch.sparse.mm(csr, csr) comes this way
+        prod = _mm(mat1, mat2)
+        out = prod if alpha == 1 else _csr_like(prod, prod.values() * alpha)
+        return out if beta == 0 else _csr_add_csr(out, self, beta)
     if self.layout != torch.strided:
         _unsupported("aten::addmm", self, mat1, mat2)
     prod = _mm(mat1, mat2)
@@ -450,38 +485,92 @@ def _csr_from_rows(rows, cols, vals, size):
                                    device=vals.device)
 
 
+def _compressed(s):
+    """(compressed indices, plain indices) of a CSR or CSC tensor."""
+    if s.layout == torch.sparse_csr:
+        return s.crow_indices(), s.col_indices()
+    return s.ccol_indices(), s.row_indices()
+
+
 def _csr_like(s, values):
-    return torch.sparse_csr_tensor(s.crow_indices(), s.col_indices(), values, tuple(s.shape),
-                                   dtype=values.dtype, device=values.device)
+    """`s`'s indices (CSR or CSC, any batch and dense dimensions) with new values."""
+    comp, plain = _compressed(s)
+    return torch.sparse_compressed_tensor(comp, plain, values, tuple(s.shape), dtype=values.dtype,
+                                          layout=s.layout, device=values.device)
+
+
+def _compressed_parts(s):
+    """(batch, row, column, values) of every stored element of a CSR or CSC tensor with any
+    batch and dense dimensions, in storage order: `batch` indexes the flattened batch
+    dimensions, `values` is (batches * nnz, *dense dimensions)."""
+    comp, plain = _compressed(s)
+    nb = comp.dim() - 1
+    batches = math.prod(s.shape[:nb])
+    nnz = s._nnz()
+    comp = comp.reshape(batches, comp.shape[-1])
+    pos = torch.arange(nnz, dtype=comp.dtype, device=comp.device).expand(batches, nnz)
+    outer = torch.searchsorted(comp[:, 1:].contiguous(), pos.contiguous(), right=True)
+    plain = plain.reshape(batches, nnz)
+    batch = torch.arange(batches, dtype=comp.dtype, device=comp.device)[:, None] \
+        .expand(batches, nnz)
+    rows, cols = (outer, plain) if s.layout == torch.sparse_csr else (plain, outer)
+    vals = s.values().reshape(batches * nnz, *s.shape[nb + 2:])
+    return batch.reshape(-1), rows.reshape(-1), cols.reshape(-1), vals, nb
 
 
 @kernel("_to_dense.default", key=CSR_KEY)
 def _csr_to_dense(self, dtype=None, masked_grad=None):
-    _csr_plain(self, "to_dense")
+    """CSR/CSC with any batch and dense dimensions: the stored values scattered into zeros."""
+    if self.layout not in _COMPRESSED:
+        raise NotImplementedError(f"torchneuron: to_dense of a {self.layout} tensor is not "
+                                  "supported on the neuron device (docs/limitations.md)")
     if dtype is not None and dtype != self.dtype:
         raise RuntimeError("dtype argument is not supported by sparse_csr_to_dense")
-    out = self.values().new_zeros(self.shape)
+    batch, rows, cols, vals, nb = _compressed_parts(self)
+    batches = math.prod(self.shape[:nb])
+    out = self.values().new_zeros((batches, *self.shape[nb:]))
     if self._nnz():
-        out.index_put_((_csr_rows(self), self.col_indices()), self.values(), accumulate=True)
-    return out
+        out.index_put_((batch, rows, cols), vals, accumulate=True)
+    return out.reshape(self.shape)
 
 
-def _dense_to_csr(x):
-    if x.dim() != 2:
-        raise NotImplementedError(
-            "torchneuron: conversion to sparse_csr supports 2-D matrices on the neuron device "
-            f"(got {x.dim()}-D; docs/limitations.md)")
-    idx = (x != 0).nonzero().t()
-    rows, cols = idx[0].contiguous(), idx[1].contiguous()
-    return _csr_from_rows(rows, cols, x[rows, cols], x.shape)
+def _dense_to_csr(x, dense_dim=None):
+    """A strided tensor (..., rows, columns, *dense) as CSR: PyTorch's CPU rules (an
+    element block is stored when any of its values is nonzero; every batch must store as
+    many as the others: one read back of the counts)."""
+    nd = dense_dim or 0
+    if x.dim() < 2:
+        raise RuntimeError(f"to_sparse_csr: expected a tensor with at least 2 dimensions, "
+                           f"got {x.dim()}-D")
+    if not 0 <= nd <= x.dim() - 2:
+        raise RuntimeError(f"dense_to_sparse_csr: dense_dim argument must be in "
+                           f"[0,{x.dim() - 2}] range, but {nd} is given")
+    nb = x.dim() - 2 - nd
+    batches = math.prod(x.shape[:nb])
+    r, c = x.shape[nb], x.shape[nb + 1]
+    xf = x.reshape(batches, r, c, *x.shape[nb + 2:])
+    mask = xf != 0
+    if nd:
+        mask = mask.flatten(3).any(-1)
+    if batches > 1:
+        counts = mask.flatten(1).sum(1)
+        if not bool((counts == counts[0]).all()):
+            raise RuntimeError("Expect the same number of specified elements per batch.")
+    idx = mask.nonzero()  # batch-major, then row-major: CSR order
+    nnz = idx.shape[0] // max(batches, 1)
+    b, rows, cols = idx[:, 0], idx[:, 1].contiguous(), idx[:, 2].contiguous()
+    vals = xf[b, rows, cols].reshape(*x.shape[:nb], nnz, *x.shape[nb + 2:])
+    rows = rows.reshape(batches, nnz)
+    bounds = torch.arange(r + 1, dtype=rows.dtype, device=rows.device).expand(batches, r + 1)
+    crow = torch.searchsorted(rows, bounds.contiguous())
+    return torch.sparse_csr_tensor(crow.reshape(*x.shape[:nb], r + 1),
+                                   cols.reshape(*x.shape[:nb], nnz), vals, tuple(x.shape),
+                                   dtype=x.dtype, device=x.device)
 
 
 @kernel("_to_sparse_csr.default")
 def _to_sparse_csr(self, dense_dim=None):
-    if dense_dim not in (None, 0):
-        raise NotImplementedError("torchneuron: sparse_csr with dense dimensions is not "
-                                  "supported on the neuron device (docs/limitations.md)")
-    return _dense_to_csr(self)
+    return _dense_to_csr(self, dense_dim)
 
 
 @kernel("_to_sparse_csr.default", key=KEY)
@@ -503,9 +592,14 @@ def _csr_to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
     if layout not in (None, torch.sparse_coo):
         raise NotImplementedError(f"torchneuron: conversion of a sparse_csr tensor to {layout} "
                                   "is not supported on the neuron device")
-    _csr_plain(self, "to_sparse")
-    idx = torch.stack([_csr_rows(self), self.col_indices()])
-    return _make(2, 0, self.shape, idx, self.values().clone(), True)
+    # COO over the batch, row and column dimensions, in storage order (sorted, so
+    # coalesced, for CSR; column-major within a batch for CSC), as the CPU
+    batch, rows, cols, vals, nb = _compressed_parts(self)
+    bidx = torch.stack(torch.unravel_index(batch, tuple(self.shape[:nb]))) if nb \
+        else batch.new_zeros((0, batch.shape[0]))
+    idx = torch.cat([bidx, rows[None], cols[None]])
+    return _make(nb + 2, self.dense_dim(), self.shape, idx, vals.clone(),
+                 self.layout == torch.sparse_csr)
 
 
 @kernel("_to_sparse.sparse_dim", key=CSR_KEY)
@@ -596,7 +690,7 @@ def sparse_mm_reduce_backward(self, grad_out, weight, reduce, arg_out, output_ma
 
 @kernel("mul.Tensor", key=CSR_KEY)
 def csr_mul(self, other):
-    if self.layout != torch.sparse_csr:
+    if self.layout not in _COMPRESSED:
         self, other = other, self
     if _is_scalar(other):
         return _csr_like(self, self.values() * other)
@@ -638,6 +732,9 @@ def sparse_sampled_addmm(self, mat1, mat2, *, beta=1, alpha=1):
 
 @kernel("add.Tensor", key=CSR_KEY)
 def csr_add(self, other, *, alpha=1):
+    if self.layout == torch.sparse_csr and isinstance(other, torch.Tensor) \
+            and other.layout == torch.sparse_csr:
+        return _csr_add_csr(self, other, alpha)
     if self.layout == torch.strided and isinstance(other, torch.Tensor) \
             and other.layout == torch.sparse_csr and tuple(self.shape) == tuple(other.shape):
         rows, cols, vals = _csr_triples(other)
@@ -647,6 +744,26 @@ def csr_add(self, other, *, alpha=1):
                            accumulate=True)
         return res
     _unsupported("aten::add.Tensor", self, other)
+
+
+def _csr_add_csr(a, b, alpha):
+    """CSR + alpha * CSR: CSR over the union of the stored positions (a sum that cancels
+    stays stored), as PyTorch's CPU."""
+    if tuple(a.shape) != tuple(b.shape):
+        raise RuntimeError(f"torch.add: Expected input tensors to have the same shape, but got "
+                           f"tensor `self` with shape {list(a.shape)} and tensor `other` with "
+                           f"shape {list(b.shape)}")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected scalar type {_scalar_name(b.dtype)} but found "
+                           f"{_scalar_name(a.dtype)}")
+    _csr_plain(a, "add")
+    ra, ca, va = _csr_triples(a)
+    rb, cb, vb = _csr_triples(b)
+    idx = torch.stack([torch.cat([ra, rb]), torch.cat([ca, cb])])
+    vals = torch.cat([va, vb if alpha == 1 else vb * alpha])
+    coo = _make(2, 0, a.shape, idx, vals, False).coalesce()  # sorted row-major, summed
+    rows, cols = coo._indices()
+    return _csr_from_rows(rows.contiguous(), cols.contiguous(), coo._values(), a.shape)
 
 
 @kernel("_validate_compressed_sparse_indices.default")
