@@ -2,7 +2,7 @@
 (fallback policy "error"): creation, coalesce, to_dense, dense -> sparse, sparse.mm/addmm
 with dense matrices and their gradients, elementwise with scalars, zero-preserving unary
 ops, sums, dense + sparse (nn.Embedding(sparse=True) training with SGD and SparseAdam);
-batched and hybrid CSR/CSC, CSR @ CSR and CSR + CSR.
+batched and hybrid CSR/CSC, CSR @ CSR and CSR + CSR; BSR/BSC.
 Unsupported ops raise NotImplementedError naming the op and the layout."""
 from __future__ import annotations
 
@@ -274,27 +274,14 @@ def test_csr_mm_gradients_match_cpu():
     torch.testing.assert_close(res[DEV][2], res["cpu"][2], atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("convert", [
-    lambda t: t.to_sparse(layout=torch.sparse_bsr, blocksize=(1, 2)),
-    lambda t: t.to_sparse_bsr((1, 2)), lambda t: t.to_sparse_bsc((1, 2))],
-    ids=["to_sparse(layout=bsr)", "to_sparse_bsr", "to_sparse_bsc"])
-def test_block_layouts_raise_not_implemented_before_any_fallback(convert):
-    """Refused at the op, naming it and the layout, without the CPU fallback's warning or a
-    fallback count (nothing ran on the CPU)."""
-    import torchneuron
-
-    before = sum(torchneuron.fallback_stats().values())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no "runs on the CPU" warning
-        with pytest.raises(NotImplementedError, match=r"torch\.sparse_bs[rc]\b.*not supported"):
-            convert(_X.to(DEV))
-    assert sum(torchneuron.fallback_stats().values()) == before
-
-
 _BATCHED = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(14)) * torch.tensor(
     [[[1, 0, 1, 0], [0, 0, 1, 1], [1, 0, 0, 0]], [[0, 1, 1, 0], [1, 0, 0, 1], [0, 0, 1, 0]]])
 _HYBRID = torch.randn(3, 4, 2, generator=torch.Generator().manual_seed(15))
 _HYBRID[_HYBRID.abs() < 0.6] = 0  # some blocks all zero, some half
+_BLOCKS = torch.randn(4, 6, generator=torch.Generator().manual_seed(18))
+_BLOCKS[:2, :2] = 0  # whole blocks of zeros: not stored
+_BLOCKS[2:, 4:] = 0
+_D6 = torch.arange(18.0).reshape(6, 3) / 7
 _MM_A = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 2.0, 3.0]])
 _MM_B = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 4.0]])  # row 0 @ it: a stored exact zero
 _OTHER = (torch.randn(5, 6, generator=torch.Generator().manual_seed(16))
@@ -305,8 +292,9 @@ def _stored(t):
     """A sparse result's structure as plain tensors: compressed indices, plain indices and
     values (a 2-D matrix's entries sorted within each row: PyTorch's CPU CSR @ CSR leaves
     them in its accumulation order, not the sorted order the CSR invariants ask for)."""
-    if t.layout in (torch.sparse_csr, torch.sparse_csc):
-        comp, plain = ((t.crow_indices(), t.col_indices()) if t.layout == torch.sparse_csr
+    if t.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        comp, plain = ((t.crow_indices(), t.col_indices())
+                       if t.layout in (torch.sparse_csr, torch.sparse_bsr)
                        else (t.ccol_indices(), t.row_indices()))
         comp, plain, vals = comp.cpu(), plain.cpu(), t.values().cpu()
         if comp.dim() == 1:
@@ -348,13 +336,34 @@ BATCHED_CASES = {
     "csr + csr": lambda d: _csr(d) + _OTHER.to_sparse_csr().to(d),
     "csr + csr alpha": lambda d: torch.add(_csr(d), _OTHER.to_sparse_csr().to(d), alpha=-0.5),
     "csr - itself keeps positions": lambda d: _csr(d) + (-_csr(d)),
+    # block layouts
+    "dense to bsr": lambda d: _BLOCKS.to(d).to_sparse_bsr((2, 2)),
+    "dense to bsc": lambda d: _BLOCKS.to(d).to_sparse_bsc((2, 3)),
+    "to_sparse(layout=bsr)": lambda d: _BLOCKS.to(d).to_sparse(layout=torch.sparse_bsr,
+                                                               blocksize=(1, 2)),
+    "batched dense to bsr": lambda d: torch.stack([_BLOCKS, _BLOCKS.roll(2, 1)]).to(d)
+    .to_sparse_bsr((2, 2)),
+    "hybrid dense to bsr": lambda d: _BLOCKS.reshape(4, 3, 2).to(d)
+    .to_sparse_bsr((2, 1), dense_dim=1),
+    "bsr to_dense": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d).to_dense(),
+    "bsc to_dense": lambda d: _BLOCKS.to_sparse_bsc((2, 3)).to(d).to_dense(),
+    "batched bsr to_dense": lambda d: torch.stack([_BLOCKS, -_BLOCKS]).to_sparse_bsr((1, 3))
+    .to(d).to_dense(),
+    "bsr @ dense": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d) @ _D6.to(d),
+    "addmm bsr": lambda d: torch.addmm(torch.ones(4, 3).to(d), _BLOCKS.to_sparse_bsr((2, 2))
+                                       .to(d), _D6.to(d), beta=0.5, alpha=2),
+    "linear with a bsr weight": lambda d: torch.nn.functional.linear(
+        _D6.t().to(d), _BLOCKS.to_sparse_bsr((2, 2)).to(d), torch.ones(4).to(d)),
+    "bsr * scalar": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d) * 2.5,
+    "bsr sum": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d).sum(),
+    "bsr sin": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d).sin(),
 }
 
 
 @pytest.mark.parametrize("name", list(BATCHED_CASES))
-def test_batched_hybrid_csr_and_csr_products_match_cpu(name):
-    """Batched and hybrid compressed tensors, CSR @ CSR and CSR + CSR: the stored indices,
-    values and layout equal the CPU's (values within float32 rounding)."""
+def test_batched_hybrid_block_csr_and_csr_products_match_cpu(name):
+    """Batched and hybrid compressed tensors, BSR/BSC, CSR @ CSR and CSR + CSR: the stored
+    indices, values and layout equal the CPU's (values within float32 rounding)."""
     res = {}
     for device in ("cpu", DEV):
         ctx = native_only() if device == DEV else warnings.catch_warnings()
@@ -379,6 +388,11 @@ COMPRESSED_ERRORS = {
     "csr @ csr shapes": lambda d: _MM_A.to_sparse_csr().to(d) @ _MM_A[:2].to_sparse_csr().to(d),
     "csr + csr shapes": lambda d: _csr(d) + _MM_A.to_sparse_csr().to(d),
     "csr + csr dtypes": lambda d: _csr(d) + _C.double().to_sparse_csr().to(d),
+    "bsr blocksize does not divide": lambda d: _BLOCKS.to(d).to_sparse_bsr((3, 2)),
+    "bsc blocksize does not divide": lambda d: _BLOCKS.to(d).to_sparse_bsc((2, 4)),
+    "bsr blocksize of one": lambda d: _BLOCKS.to(d).to_sparse_bsr((2,)),
+    "bsr @ dense shapes": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d) @ _D6[:5].to(d),
+    "bsr @ dense dtypes": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d) @ _D6.double().to(d),
 }
 
 
@@ -450,16 +464,23 @@ def test_to_sparse_dim_error_matches_cpu():
 
 
 def test_cpu_fallback_returns_sparse_coo_on_the_device():
-    """An op run by the CPU fallback that returns a COO tensor hands back a device COO
-    tensor (its indices and values moved); a CSR result raises NotImplementedError."""
+    """An op run by the CPU fallback that returns a sparse tensor hands back a device one of
+    the same layout (its indices and values moved)."""
     from torchneuron import dispatch
     aten = torch.ops.aten
     r = dispatch.cpu_fallback(aten._to_sparse.sparse_dim, _X.to(DEV), 2)
     assert r.layout == torch.sparse_coo and r.device.type == "neuron"
     assert r._indices().device.type == "neuron" and r._values().device.type == "neuron"
     torch.testing.assert_close(r.to_dense().cpu(), _X, rtol=0, atol=0)
-    with pytest.raises(NotImplementedError, match="_to_sparse_csr returns a torch.sparse_csr"):
-        dispatch.cpu_fallback(aten._to_sparse_csr.default, _X.to(DEV))
+    for op, args in [(aten._to_sparse_csr.default, ()),
+                     (aten._to_sparse_bsr.default, ((1, 2),))]:
+        r = dispatch.cpu_fallback(op, _X.to(DEV), *args)
+        e = op(_X, *args)
+        assert r.layout == e.layout and r.values().device.type == "neuron"
+        assert r.crow_indices().device.type == "neuron"
+        assert torch.equal(r.crow_indices().cpu(), e.crow_indices())
+        assert torch.equal(r.col_indices().cpu(), e.col_indices())
+        assert torch.equal(r.values().cpu(), e.values())
 
 
 def test_gradient_through_to_sparse_matches_cpu():

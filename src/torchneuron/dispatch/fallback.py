@@ -103,24 +103,8 @@ def decomposed_ops() -> list:
     return list(_decomp_entries)
 
 
-# conversions whose result layout the device cannot hold: refused before any CPU round trip
-# (and before the fallback's warning, which would promise a result)
-_UNSUPPORTED_RESULT_LAYOUT = {"aten::_to_sparse_bsr": torch.sparse_bsr,
-                              "aten::_to_sparse_bsc": torch.sparse_bsc}
-
-
-def _unsupported_layout(name, layout):
-    return NotImplementedError(
-        f"torchneuron: {name} returns a {layout} tensor, and {layout} tensors are not "
-        "supported on the neuron device (sparse COO, and 2-D CSR/CSC, are; "
-        "docs/limitations.md)")
-
-
 def cpu_fallback(op, *args, **kwargs):
     name = op.name()
-    layout = _UNSUPPORTED_RESULT_LAYOUT.get(name)
-    if layout is not None:
-        raise _unsupported_layout(name, layout)
     policy = fallback_policy()
     if policy == "error":
         raise FallbackError(
@@ -216,9 +200,8 @@ def run_on_cpu(op, args, kwargs):
 
     def back(r):
         if isinstance(r, Tensor) and r.layout != torch.strided:
-            if r.layout == torch.sparse_coo:  # its indices and values move to the device
-                return r.to(torch.device("neuron", index))
-            raise _unsupported_layout(op.name(), r.layout)
+            # sparse: its indices and values move to the device (PyTorch's own copy)
+            return r.to(torch.device("neuron", index))
         if isinstance(r, Tensor):
             if id(r) in mutated_by_cpu:
                 return mutated_by_cpu[id(r)]

@@ -14,8 +14,9 @@ dims) are ordinary device tensors.  Two kinds of kernels serve the key:
   (``unique``, ``index_add``, ``index_put`` with accumulation, ``nonzero``, gathers), so the
   same arithmetic runs on the device as everywhere else.
 
-CSR matrices (2-D, no batch or dense dimensions) get the same compute ops through their
-(row, column, value) triples; see the CSR section.  Any other op on a sparse device tensor
+Compressed layouts (CSR, CSC, BSR, BSC; batched and with dense dimensions) get the same
+kind of compute ops through their (batch, row, column, value) expansion; see the CSR
+section.  Any other op on a sparse device tensor
 raises NotImplementedError naming the op and the layout: PyTorch's own for the
 'SparsePrivateUse1' / 'SparseCsrPrivateUse1' backends, or ours for argument combinations a
 kernel here does not cover (docs/limitations.md lists what is covered).
@@ -156,10 +157,12 @@ def _to_sparse_dim(self, sparse_dim):
 def _to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
     if layout == torch.sparse_csr and blocksize is None:
         return _to_sparse_csr(self, dense_dim)
+    if layout in _BLOCKED and blocksize is not None:
+        return _dense_to_blocked(self, tuple(blocksize), dense_dim, layout)
     if layout not in (None, torch.sparse_coo):
         raise NotImplementedError(
             f"torchneuron: conversion of a strided neuron tensor to {layout} is not supported "
-            f"(sparse COO and CSR are; docs/limitations.md)")
+            f"(sparse COO, CSR and, with a blocksize, BSR/BSC are; docs/limitations.md)")
     if blocksize is not None:
         raise RuntimeError("to_sparse for Strided to SparseCoo conversion does not use "
                            "specified blocksize")
@@ -231,6 +234,8 @@ def _mm(a, b):
                                f"{_scalar_name(got)}")
         if a.layout in _COMPRESSED and b.layout in _COMPRESSED:
             return _compressed_matmul(a, b)
+    if a.layout in _BLOCKED or b.layout in _BLOCKED:
+        return _blocked_mm(a, b)
     if a.layout != torch.strided and b.layout == torch.strided:
         rows, cols, vals = _triples(a)
         out = b.new_zeros((a.shape[0], b.shape[1]))
@@ -241,6 +246,28 @@ def _mm(a, b):
         return (out.index_add_(0, cols, vals[:, None] * a.t()[rows]) if vals.numel()
                 else out).t()
     _unsupported("aten::mm", a, b)
+
+
+def _blocked_mm(a, b):
+    """BSR/BSC @ dense or dense @ BSR/BSC: one small matrix product per stored block
+    (torch.bmm), summed into its block row (column) of the result."""
+    sparse_first = a.layout in _BLOCKED
+    s, d = (a, b) if sparse_first else (b, a)
+    if d.layout != torch.strided or s.dense_dim():
+        _unsupported("aten::mm", a, b)
+    _, rows, cols, vals, _ = _compressed_parts(s)
+    br, bc = vals.shape[1:3]
+    if sparse_first:  # (R, C) @ (C, N): block (i, j) times rows j of d, into rows i
+        n = d.shape[1]
+        contrib = torch.bmm(vals, d.reshape(-1, bc, n)[cols])
+        out = d.new_zeros((s.shape[0] // br, br, n))
+        return (out.index_add_(0, rows, contrib) if vals.shape[0] else out).reshape(-1, n)
+    m = d.shape[0]  # (M, R) @ (R, C): columns i of d times block (i, j), into columns j
+    contrib = torch.bmm(d.reshape(m, -1, br).transpose(0, 1)[rows], vals)
+    out = d.new_zeros((s.shape[1] // bc, m, bc))
+    if vals.shape[0]:
+        out.index_add_(0, cols, contrib)
+    return out.transpose(0, 1).reshape(m, -1)
 
 
 def _compressed_matmul(a, b):
@@ -437,10 +464,11 @@ def _sparse_sum_backward(grad, self, dim):
 
 
 # ---------------------------------------------------------------- CSR
-# A CSR tensor on the device is PyTorch's SparseCsrTensorImpl (key SparseCsrPrivateUse1) over
-# device crow_indices / col_indices / values; its constructor is composite.  2-D matrices
-# without batch or dense dimensions are computed here; accessors, clone/copy, values-only
-# unary ops and sums redispatch to PyTorch's SparseCsrMeta kernels (device-generic code).
+# A compressed tensor (CSR, CSC, BSR, BSC) on the device is PyTorch's SparseCsrTensorImpl (key
+# SparseCsrPrivateUse1) over device compressed / plain indices and values; its constructor is
+# composite.  Conversions and products are computed here (products of 2-D matrices; batched
+# and dense dimensions through _compressed_parts); accessors, clone/copy, values-only unary
+# ops and sums redispatch to PyTorch's SparseCsrMeta kernels (device-generic code).
 CSR_KEY = "SparseCsrPrivateUse1"
 _SPARSE_CSR_META = DispatchKeySet(DispatchKey.SparseCsrMeta)
 
@@ -465,6 +493,9 @@ def _csr_plain(s, what):
 
 
 _COMPRESSED = (torch.sparse_csr, torch.sparse_csc)
+_BLOCKED = (torch.sparse_bsr, torch.sparse_bsc)
+_ALL_COMPRESSED = _COMPRESSED + _BLOCKED
+_ROW_COMPRESSED = (torch.sparse_csr, torch.sparse_bsr)
 
 
 def _expand_compressed(comp, nnz):
@@ -487,7 +518,7 @@ def _csr_from_rows(rows, cols, vals, size):
 
 def _compressed(s):
     """(compressed indices, plain indices) of a CSR or CSC tensor."""
-    if s.layout == torch.sparse_csr:
+    if s.layout in _ROW_COMPRESSED:
         return s.crow_indices(), s.col_indices()
     return s.ccol_indices(), s.row_indices()
 
@@ -500,9 +531,10 @@ def _csr_like(s, values):
 
 
 def _compressed_parts(s):
-    """(batch, row, column, values) of every stored element of a CSR or CSC tensor with any
-    batch and dense dimensions, in storage order: `batch` indexes the flattened batch
-    dimensions, `values` is (batches * nnz, *dense dimensions)."""
+    """(batch, row, column, values) of every stored element of a compressed tensor (CSR,
+    CSC, BSR, BSC) with any batch and dense dimensions, in storage order: `batch` indexes
+    the flattened batch dimensions, rows and columns count blocks for BSR/BSC, `values` is
+    (batches * nnz, *block, *dense dimensions)."""
     comp, plain = _compressed(s)
     nb = comp.dim() - 1
     batches = math.prod(s.shape[:nb])
@@ -513,21 +545,25 @@ def _compressed_parts(s):
     plain = plain.reshape(batches, nnz)
     batch = torch.arange(batches, dtype=comp.dtype, device=comp.device)[:, None] \
         .expand(batches, nnz)
-    rows, cols = (outer, plain) if s.layout == torch.sparse_csr else (plain, outer)
-    vals = s.values().reshape(batches * nnz, *s.shape[nb + 2:])
+    rows, cols = (outer, plain) if s.layout in _ROW_COMPRESSED else (plain, outer)
+    vals = s.values().reshape(batches * nnz, *s.values().shape[nb + 1:])
     return batch.reshape(-1), rows.reshape(-1), cols.reshape(-1), vals, nb
 
 
 @kernel("_to_dense.default", key=CSR_KEY)
 def _csr_to_dense(self, dtype=None, masked_grad=None):
     """CSR/CSC with any batch and dense dimensions: the stored values scattered into zeros."""
-    if self.layout not in _COMPRESSED:
-        raise NotImplementedError(f"torchneuron: to_dense of a {self.layout} tensor is not "
-                                  "supported on the neuron device (docs/limitations.md)")
     if dtype is not None and dtype != self.dtype:
         raise RuntimeError("dtype argument is not supported by sparse_csr_to_dense")
     batch, rows, cols, vals, nb = _compressed_parts(self)
     batches = math.prod(self.shape[:nb])
+    if self.layout in _BLOCKED:  # a grid of blocks, then each block in its place
+        (br, bc), dense = vals.shape[1:3], self.shape[nb + 2:]
+        r, c = self.shape[nb] // br, self.shape[nb + 1] // bc
+        out = vals.new_zeros((batches, r, c, br, bc, *dense))
+        if self._nnz():
+            out.index_put_((batch, rows, cols), vals, accumulate=True)
+        return out.transpose(2, 3).reshape(self.shape)
     out = self.values().new_zeros((batches, *self.shape[nb:]))
     if self._nnz():
         out.index_put_((batch, rows, cols), vals, accumulate=True)
@@ -571,6 +607,44 @@ def _dense_to_csr(x, dense_dim=None):
 @kernel("_to_sparse_csr.default")
 def _to_sparse_csr(self, dense_dim=None):
     return _dense_to_csr(self, dense_dim)
+
+
+def _dense_to_blocked(x, blocksize, dense_dim, layout):
+    """A strided tensor as BSR/BSC: its blocks as the elements of a CSR tensor over the
+    block grid (BSC: over the transposed grid), each block stored when any value in it is
+    nonzero; PyTorch's CPU checks and messages."""
+    name = "dense_to_sparse_bsr" if layout == torch.sparse_bsr else "dense_to_sparse_bsc"
+    if len(blocksize) != 2:
+        raise RuntimeError(f"{name}: blocksize needs to be a tuple of size 2, but got "
+                           f"{len(blocksize)}")
+    nd = dense_dim or 0
+    if x.dim() < 2 + nd:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-max(x.dim(), 1)}, {max(x.dim(), 1) - 1}], but got {-2 - nd})")
+    nb = x.dim() - 2 - nd
+    (r, c), (br, bc) = x.shape[nb:nb + 2], blocksize
+    if r % br or c % bc:
+        raise RuntimeError(f"{name}: tensor sparse size ({r},{c}) must be divisible by given "
+                           f"blocksize ({br},{bc})")
+    dense = x.shape[nb + 2:]
+    blocks = x.reshape(*x.shape[:nb], r // br, br, c // bc, bc, *dense) \
+        .transpose(nb + 1, nb + 2)  # (..., block row, block column, br, bc, *dense)
+    if layout == torch.sparse_bsc:
+        blocks = blocks.transpose(nb, nb + 1)
+    grid = _dense_to_csr(blocks.contiguous(), 2 + nd)
+    return torch.sparse_compressed_tensor(grid.crow_indices(), grid.col_indices(),
+                                          grid.values(), tuple(x.shape), dtype=x.dtype,
+                                          layout=layout, device=x.device)
+
+
+@kernel("_to_sparse_bsr.default")
+def _to_sparse_bsr(self, blocksize, dense_dim=None):
+    return _dense_to_blocked(self, tuple(blocksize), dense_dim, torch.sparse_bsr)
+
+
+@kernel("_to_sparse_bsc.default")
+def _to_sparse_bsc(self, blocksize, dense_dim=None):
+    return _dense_to_blocked(self, tuple(blocksize), dense_dim, torch.sparse_bsc)
 
 
 @kernel("_to_sparse_csr.default", key=KEY)
@@ -690,7 +764,7 @@ def sparse_mm_reduce_backward(self, grad_out, weight, reduce, arg_out, output_ma
 
 @kernel("mul.Tensor", key=CSR_KEY)
 def csr_mul(self, other):
-    if self.layout not in _COMPRESSED:
+    if self.layout not in _ALL_COMPRESSED:
         self, other = other, self
     if _is_scalar(other):
         return _csr_like(self, self.values() * other)
