@@ -95,6 +95,29 @@ def test_synchronize_stream_event():
     assert torch.equal(w.cpu(), (x.cpu() * 2 + 1) * 3)
 
 
+@pytest.mark.parametrize("how", ["synchronize", "event"])
+def test_synchronize_waits_for_work_whose_result_was_dropped(how):
+    """CUDA's synchronize waits for every queued kernel, whoever holds its output: a loop
+    that drops its results (a timing loop) is waited for too, by synchronize() and by a
+    timing Event's record().  Seen through the results' buffers (kept here, not their
+    tensors): each has been computed when the wait returns."""
+    from torchneuron import storage
+
+    a = torch.randn(1024, 1024, device=DEV)
+    torch.neuron.synchronize()
+    end = torch.neuron.Event(enable_timing=True)
+    buffers = []
+    for _ in range(3):
+        y = a @ a @ a  # ~0.1 s each on a CPU: still queued when dropped
+        buffers.append(storage.cell_of(y).arr)
+        del y
+    if how == "synchronize":
+        torch.neuron.synchronize()
+    else:
+        end.record()
+    assert all(b.is_ready() for b in buffers)
+
+
 def test_rng_api():
     torch.manual_seed(123)
     assert torch.neuron.initial_seed() == 123

@@ -160,10 +160,17 @@ def get_amp_supported_dtype():
 def synchronize(device=None) -> None:
     """Wait until all work queued on the device has finished.
 
-    Every live storage's current buffer is the end of its chain of queued
-    computations, so waiting for each of them drains the device queue."""
+    The device runs its work in dispatch order, so waiting for the most recent
+    dispatch (runtime.LAST_DISPATCH) waits for everything queued, whoever holds (or
+    dropped) the results; every live storage's current buffer is waited for too."""
     idx = _index(device)
     storage.lazy.flush(idx)  # fused eager: run what is pending
+    last = runtime.LAST_DISPATCH.pop(idx, None)
+    for a in (last if isinstance(last, (list, tuple)) else [last] if last is not None else []):
+        try:
+            a.block_until_ready()
+        except Exception:  # noqa: BLE001  (a buffer donated meanwhile)
+            pass
     for cell in list(storage.live_cells()):
         if cell.index != idx:
             continue

@@ -253,6 +253,14 @@ MAPS_FRACTION = config.get("TORCHNEURON_MAPS_FRACTION")
 MAX_LIVE_EXECUTABLES = config.get("TORCHNEURON_MAX_LIVE_EXECUTABLES")
 
 
+# The most recent work dispatched to each device (its result arrays).  A device runs its
+# executables in dispatch order (PJRT's CPU client and a GPU's compute stream alike), so
+# waiting for these waits for everything queued before them, whoever holds (or dropped)
+# those results: torch.neuron.synchronize() waits for a timing loop that drops its
+# outputs, as CUDA's does.  Holds one op's results per device.
+LAST_DISPATCH: dict = {}
+
+
 class _ExeStats:
     compiles = 0        # XLA compiles seen (jax's backend_compile events)
     jax_cache_hits = 0  # of those, executables jax's persistent cache served

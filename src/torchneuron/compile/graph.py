@@ -328,6 +328,9 @@ class CompiledGraph:
             # may hold the same jax array (jit forwards unchanged inputs).  Owners we
             # know of: the cell, w.arrays, `inputs` when it is a new list, getrefcount.
             arrays = w.arrays
+            # this graph runs after the last dispatch: it becomes the one synchronize()
+            # waits for, and the last results' reference must not stop a donation
+            runtime.LAST_DISPATCH.pop(index, None)
             limit = 3 if inputs is arrays else 4
             for s in exe.donate:
                 if sys.getrefcount(arrays[s]) > limit:
@@ -338,6 +341,7 @@ class CompiledGraph:
             res = fn(*inputs)
         except Exception as e:  # noqa: BLE001
             raise dispatch.translate_runtime_error(e, index) from None
+        runtime.LAST_DISPATCH[index] = res
         return self._finish(exe, res, args, w)
 
     def _finish(self, exe, res, args, w):

@@ -29,6 +29,8 @@ from .meta import device_mismatch, translate_runtime_error
 from .plan import Arg, Const, New, Nothing, OutSpec, Seq, WriteTarget, assemble, resolve
 from .schema import TLIST, schema
 
+_LAST_DISPATCH = runtime.LAST_DISPATCH
+
 Tensor = torch.Tensor
 aten = torch.ops.aten
 
@@ -171,6 +173,7 @@ class Entry:
                                for x in inputs] if fused else inputs)
             except Exception as e:  # noqa: BLE001
                 raise translate_runtime_error(e, index) from None
+            _LAST_DISPATCH[index] = res
         for msg, once in exe.warn:  # (filled while the first call traces the lowering)
             if once:
                 warn_once(msg)

@@ -125,6 +125,8 @@ class Program:
             STATS.outputs += len(live)
             try:
                 values = _run(self.index, ops, ext, tuple(p.k for p in live))
+                if values:
+                    runtime.LAST_DISPATCH[self.index] = values
             except Exception as e:  # noqa: BLE001
                 err = translate_runtime_error(e, self.index)
                 for p in live:

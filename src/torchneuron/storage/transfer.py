@@ -20,7 +20,9 @@ def to_device_array(cpu: torch.Tensor, index: int):
     if cpu.dtype == torch.bool or cpu.dtype in runtime._HOST_VIA or not cpu.is_contiguous():
         cpu = cpu.contiguous()
     a = runtime.torch_to_numpy(cpu.resolve_conj().resolve_neg())
-    return jax.device_put(a, runtime.jax_device(index), may_alias=False)
+    arr = runtime.LAST_DISPATCH[index] = jax.device_put(a, runtime.jax_device(index),
+                                                        may_alias=False)
+    return arr
 
 
 def to_host(arr, dtype: torch.dtype) -> torch.Tensor:
