@@ -379,6 +379,18 @@ def test_batched_hybrid_block_csr_and_csr_products_match_cpu(name):
             assert a == e
 
 
+@pytest.mark.parametrize("convert", [
+    lambda: _BLOCKS.to_sparse_bsr((2, 2)).to(DEV).to_sparse(),
+    lambda: _BLOCKS.to_sparse_bsr((2, 2)).to(DEV).to_sparse(layout=torch.sparse_csr),
+    lambda: _C.to_sparse_csc().to(DEV).to_sparse(layout=torch.sparse_csr)],
+    ids=["bsr to COO", "bsr to csr", "csc to csr"])
+def test_unbuilt_compressed_conversions_raise_not_implemented(convert):
+    """Conversions between compressed layouts (and block layouts to COO) are not built:
+    NotImplementedError naming both layouts, never a tensor of the wrong layout."""
+    with native_only(), pytest.raises(NotImplementedError, match=r"conversion of a torch\.spa"):
+        convert()
+
+
 COMPRESSED_ERRORS = {
     "batches with other counts": lambda d: torch.stack([_BATCHED[0], _BATCHED[1] * 0]).to(d)
     .to_sparse_csr(),

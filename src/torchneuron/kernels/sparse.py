@@ -661,11 +661,12 @@ def _coo_to_sparse_csr(self, dense_dim=None):
 
 @kernel("_to_sparse.default", key=CSR_KEY)
 def _csr_to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
-    if layout == torch.sparse_csr:
+    if layout == self.layout and blocksize is None:
         return self
-    if layout not in (None, torch.sparse_coo):
-        raise NotImplementedError(f"torchneuron: conversion of a sparse_csr tensor to {layout} "
-                                  "is not supported on the neuron device")
+    if layout not in (None, torch.sparse_coo) or self.layout in _BLOCKED:
+        raise NotImplementedError(f"torchneuron: conversion of a {self.layout} tensor to "
+                                  f"{layout or torch.sparse_coo} is not supported on the neuron "
+                                  "device (docs/limitations.md)")
     # COO over the batch, row and column dimensions, in storage order (sorted, so
     # coalesced, for CSR; column-major within a batch for CSC), as the CPU
     batch, rows, cols, vals, nb = _compressed_parts(self)
