@@ -498,14 +498,11 @@ _ALL_COMPRESSED = _COMPRESSED + _BLOCKED
 _ROW_COMPRESSED = (torch.sparse_csr, torch.sparse_bsr)
 
 
-def _expand_compressed(comp, nnz):
-    """The outer index of each stored value (compressed indices expanded)."""
-    pos = torch.arange(nnz, dtype=comp.dtype, device=comp.device)
-    return torch.searchsorted(comp[1:], pos, right=True)
-
-
-def _csr_rows(s):
-    return _expand_compressed(s.crow_indices(), s._nnz())
+def _outer_indices(comp, nnz):
+    """Compressed indices (batches, n + 1) expanded: the outer index (row of a CSR, column of
+    a CSC) of each of the `nnz` stored positions of every batch, (batches, nnz)."""
+    pos = torch.arange(nnz, dtype=comp.dtype, device=comp.device).expand(comp.shape[0], nnz)
+    return torch.searchsorted(comp[:, 1:].contiguous(), pos.contiguous(), right=True)
 
 
 def _csr_from_rows(rows, cols, vals, size):
@@ -540,8 +537,7 @@ def _compressed_parts(s):
     batches = math.prod(s.shape[:nb])
     nnz = s._nnz()
     comp = comp.reshape(batches, comp.shape[-1])
-    pos = torch.arange(nnz, dtype=comp.dtype, device=comp.device).expand(batches, nnz)
-    outer = torch.searchsorted(comp[:, 1:].contiguous(), pos.contiguous(), right=True)
+    outer = _outer_indices(comp, nnz)
     plain = plain.reshape(batches, nnz)
     batch = torch.arange(batches, dtype=comp.dtype, device=comp.device)[:, None] \
         .expand(batches, nnz)
@@ -687,9 +683,8 @@ def _csr_to_sparse_dim(self, sparse_dim):
 def _csr_triples(s):
     """(row, column, value) of each stored value of a CSR or CSC matrix."""
     _csr_plain(s, "matrix products")
-    if s.layout == torch.sparse_csc:
-        return s.row_indices(), _expand_compressed(s.ccol_indices(), s._nnz()), s.values()
-    return _csr_rows(s), s.col_indices(), s.values()
+    _, rows, cols, vals, _ = _compressed_parts(s)
+    return rows, cols, vals
 
 
 # the matrix products above serve compressed layouts too
@@ -852,9 +847,7 @@ def _validate_compressed_sparse_indices(is_crow, compressed_idx, plain_idx, cdim
     comp = compressed_idx.reshape(batches, compressed_idx.shape[-1])
     plain = plain_idx.reshape(batches, plain_idx.shape[-1])
     diff = comp[:, 1:] - comp[:, :-1]
-    pos = torch.arange(plain.shape[-1], dtype=comp.dtype, device=comp.device)
-    segment = torch.searchsorted(comp[:, 1:].contiguous(),
-                                 pos.expand(comp.shape[0], -1).contiguous(), right=True)
+    segment = _outer_indices(comp, plain.shape[-1])
     same_segment = segment[:, 1:] == segment[:, :-1]
     flags = torch.stack([
         (comp[:, 0] == 0).all(), (comp[:, -1] == nnz).all(),
