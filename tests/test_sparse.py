@@ -288,6 +288,16 @@ _OTHER = (torch.randn(5, 6, generator=torch.Generator().manual_seed(16))
           * (torch.rand(5, 6, generator=torch.Generator().manual_seed(17)) > 0.5))
 
 
+def _band(n):
+    """An n x n CSR matrix with a stored diagonal and superdiagonal (int32 indices)."""
+    i = torch.arange(n)
+    rows, cols = torch.cat([i, i[:-1]]), torch.cat([i, i[:-1] + 1])
+    order = torch.argsort(rows * n + cols)
+    coo = torch.sparse_coo_tensor(torch.stack([rows[order], cols[order]]),
+                                  torch.linspace(-1, 1, len(rows))[order], (n, n)).coalesce()
+    return coo.to_sparse_csr()
+
+
 def _stored(t):
     """A sparse result's structure as plain tensors: compressed indices, plain indices and
     values (a 2-D matrix's entries sorted within each row: PyTorch's CPU CSR @ CSR leaves
@@ -328,6 +338,13 @@ BATCHED_CASES = {
     "csr @ csr": lambda d: _C.to_sparse_csr().to(d) @ _C.t().contiguous().to_sparse_csr().to(d),
     "csr @ csr stored zero": lambda d: _MM_A.to_sparse_csr().to(d) @ _MM_B.to_sparse_csr().to(d),
     "csc @ csr": lambda d: torch.mm(_MM_A.to_sparse_csc().to(d), _MM_B.to_sparse_csr().to(d)),
+    "csc @ csc": lambda d: _C.to_sparse_csc().to(d) @ _C.t().contiguous().to_sparse_csc().to(d),
+    "csr @ csr nothing meets": lambda d: _MM_A[:, :1].to_sparse_csr().to(d)
+    @ torch.tensor([[0.0, 0.0]]).to_sparse_csr().to(d),
+    "csr @ csr complex": lambda d: (_MM_A * (1 - 2j)).to_sparse_csr().to(d)
+    @ (_MM_B * 1j).to_sparse_csr().to(d),
+    # dense 50000 x 50000 factors would take 10 GB each: the product follows the stored values
+    "csr @ csr 50000x50000": lambda d: _band(50000).to(d) @ _band(50000).t().to_sparse_csr().to(d),
     "sparse.mm csr csr": lambda d: torch.sparse.mm(_MM_A.to_sparse_csr().to(d),
                                                    _MM_A.t().to_sparse_csr().to(d)),
     "addmm csr csr csr": lambda d: torch.addmm(_MM_A[:, :2].to_sparse_csr().to(d),

@@ -272,26 +272,31 @@ def _blocked_mm(a, b):
 
 def _compressed_matmul(a, b):
     """CSR/CSC @ CSR/CSC -> CSR, as PyTorch's CPU: a value is stored wherever the two
-    matrices' stored positions meet (an exact zero sum included); the values are the dense
-    product's there."""
+    matrices' stored positions meet (an exact zero sum included).  Every stored (i, j) of
+    `a` meets the stored (j, l) of `b`'s row j: those products are enumerated (their count
+    read back once), then summed per (i, l).  Time and memory follow the number of
+    products, not the matrices' sizes."""
     if a.dtype.is_floating_point is False and not a.dtype.is_complex:
         raise NotImplementedError('"addmm_out_sparse_csr_impl_mkl_sparse" not implemented '
                                   f"for '{_scalar_name(a.dtype)}'")
     (m, k), n = a.shape, b.shape[1]
-
-    def dense_and_pattern(s, shape):
-        rows, cols, vals = _csr_triples(s)
-        dense = vals.new_zeros(shape).index_put_((rows, cols), vals, accumulate=True)
-        stored = torch.zeros(shape, dtype=torch.float32, device=vals.device)
-        stored.index_put_((rows, cols), torch.ones_like(rows, dtype=torch.float32))
-        return dense, stored
-
-    da, pa = dense_and_pattern(a, (m, k))
-    db, pb = dense_and_pattern(b, (k, n))
-    # counts of meeting positions: sums of ones, exact in float32 below 2**24 terms
-    idx = ((pa @ pb) != 0).nonzero().t()
-    rows, cols = idx[0].contiguous(), idx[1].contiguous()
-    return _csr_from_rows(rows, cols, (da @ db)[rows, cols], (m, n))
+    ra, ca, va = (x.long() if i < 2 else x for i, x in enumerate(_csr_triples(a)))
+    rb, cb, vb = (x.long() if i < 2 else x for i, x in enumerate(_csr_triples(b)))
+    order = torch.argsort(rb * n + cb)  # b's stored values in row order (a CSC's are not)
+    rb, cb, vb = rb[order], cb[order], vb[order]
+    starts = torch.searchsorted(rb, torch.arange(k + 1, dtype=rb.dtype, device=rb.device))
+    first, count = starts[ca], starts[ca + 1] - starts[ca]  # b's row ca[e], for each e of a
+    ends = torch.cumsum(count, 0)
+    total = int(ends[-1]) if ends.numel() else 0
+    if total == 0:
+        empty = torch.zeros(0, dtype=torch.int64, device=va.device)
+        return _csr_from_rows(empty, empty, va.new_zeros(0), (m, n))
+    p = torch.arange(total, dtype=torch.int64, device=va.device)
+    e = torch.searchsorted(ends, p, right=True)  # the stored value of a in product p
+    jb = first[e] + p - (ends[e] - count[e])  # ... and the one of b
+    key, inverse = torch.unique(ra[e] * n + cb[jb], sorted=True, return_inverse=True)
+    vals = va.new_zeros(key.shape[0]).index_add_(0, inverse, va[e] * vb[jb])
+    return _csr_from_rows(key // n, key % n, vals, (m, n))
 
 
 @kernel("mm.default", key=KEY)
