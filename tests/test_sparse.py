@@ -350,6 +350,24 @@ BATCHED_CASES = {
     "addmm csr csr csr": lambda d: torch.addmm(_MM_A[:, :2].to_sparse_csr().to(d),
                                                _MM_A.to_sparse_csr().to(d),
                                                _MM_B.to_sparse_csr().to(d), beta=0.5, alpha=2),
+    # between the compressed layouts (stored zeros and int32 indices kept), and dense to CSC
+    "csr to csc": lambda d: _C.to_sparse_csr().to(d).to_sparse_csc(),
+    "csc to csr": lambda d: _C.to_sparse_csc().to(d).to_sparse_csr(),
+    "csr to_sparse(layout=csc)": lambda d: _OTHER.to_sparse_csr().to(d)
+    .to_sparse(layout=torch.sparse_csc),
+    "csr with a stored zero, int32, to csc": lambda d: torch.sparse_csr_tensor(
+        torch.tensor([0, 1, 3], dtype=torch.int32), torch.tensor([1, 0, 2], dtype=torch.int32),
+        torch.tensor([0.0, 5.0, -1.0]), (2, 3)).to(d).to_sparse_csc(),
+    "batched csr to csc": lambda d: _BATCHED.to_sparse_csr().to(d).to_sparse_csc(),
+    "batched csc to csr": lambda d: torch.stack([_BATCHED, -_BATCHED]).to_sparse_csc().to(d)
+    .to_sparse_csr(),
+    "hybrid csr to csc": lambda d: _HYBRID.to_sparse_csr(dense_dim=1).to(d).to_sparse_csc(),
+    "empty csr to csc": lambda d: torch.zeros(3, 4).to_sparse_csr().to(d).to_sparse_csc(),
+    "csc to csc is itself": lambda d: _C.to_sparse_csc().to(d).to_sparse_csc(),
+    "dense to csc": lambda d: _C.to(d).to_sparse_csc(),
+    "dense to_sparse(layout=csc)": lambda d: _OTHER.to(d).to_sparse(layout=torch.sparse_csc),
+    "batched dense to csc": lambda d: _BATCHED.to(d).to_sparse_csc(),
+    "hybrid dense to csc": lambda d: _HYBRID.to(d).to_sparse_csc(dense_dim=1),
     "csr + csr": lambda d: _csr(d) + _OTHER.to_sparse_csr().to(d),
     "csr + csr alpha": lambda d: torch.add(_csr(d), _OTHER.to_sparse_csr().to(d), alpha=-0.5),
     "csr - itself keeps positions": lambda d: _csr(d) + (-_csr(d)),
@@ -399,8 +417,8 @@ def test_batched_hybrid_block_csr_and_csr_products_match_cpu(name):
 @pytest.mark.parametrize("convert", [
     lambda: _BLOCKS.to_sparse_bsr((2, 2)).to(DEV).to_sparse(),
     lambda: _BLOCKS.to_sparse_bsr((2, 2)).to(DEV).to_sparse(layout=torch.sparse_csr),
-    lambda: _C.to_sparse_csc().to(DEV).to_sparse(layout=torch.sparse_csr)],
-    ids=["bsr to COO", "bsr to csr", "csc to csr"])
+    lambda: _C.to_sparse_csr().to(DEV).to_sparse(layout=torch.sparse_bsr, blocksize=(1, 1))],
+    ids=["bsr to COO", "bsr to csr", "csr to bsr"])
 def test_unbuilt_compressed_conversions_raise_not_implemented(convert):
     """Conversions between compressed layouts (and block layouts to COO) are not built:
     NotImplementedError naming both layouts, never a tensor of the wrong layout."""
@@ -412,6 +430,12 @@ COMPRESSED_ERRORS = {
     "batches with other counts": lambda d: torch.stack([_BATCHED[0], _BATCHED[1] * 0]).to(d)
     .to_sparse_csr(),
     "dense_dim out of range": lambda d: _HYBRID.to(d).to_sparse_csr(dense_dim=2),
+    "csc dense_dim out of range": lambda d: _HYBRID.to(d).to_sparse_csc(dense_dim=2),
+    "1-d to csr": lambda d: torch.ones(3).to(d).to_sparse_csr(),
+    "1-d to csc": lambda d: torch.ones(3).to(d).to_sparse_csc(),
+    "csr to csc with dense_dim": lambda d: _C.to_sparse_csr().to(d).to_sparse_csc(dense_dim=0),
+    "csc to csr with dense_dim": lambda d: _C.to_sparse_csc().to(d).to_sparse_csr(dense_dim=0),
+    "csr to csr with dense_dim": lambda d: _C.to_sparse_csr().to(d).to_sparse_csr(dense_dim=0),
     "csr @ csr dtypes": lambda d: _MM_A.double().to_sparse_csr().to(d) @ _MM_B.to_sparse_csr()
     .to(d),
     "csr @ csr shapes": lambda d: _MM_A.to_sparse_csr().to(d) @ _MM_A[:2].to_sparse_csr().to(d),
@@ -427,10 +451,11 @@ COMPRESSED_ERRORS = {
 
 @pytest.mark.parametrize("name", list(COMPRESSED_ERRORS))
 def test_compressed_errors_match_cpu(name):
-    with pytest.raises(RuntimeError) as cpu_err:
+    with pytest.raises((RuntimeError, IndexError)) as cpu_err:
         COMPRESSED_ERRORS[name]("cpu")
-    with native_only(), pytest.raises(RuntimeError) as dev_err:
+    with native_only(), pytest.raises((RuntimeError, IndexError)) as dev_err:
         COMPRESSED_ERRORS[name](DEV)
+    assert type(dev_err.value) is type(cpu_err.value)
     assert str(dev_err.value) == str(cpu_err.value)
 
 

@@ -157,6 +157,8 @@ def _to_sparse_dim(self, sparse_dim):
 def _to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
     if layout == torch.sparse_csr and blocksize is None:
         return _to_sparse_csr(self, dense_dim)
+    if layout == torch.sparse_csc and blocksize is None:
+        return _to_sparse_csc(self, dense_dim)
     if layout in _BLOCKED and blocksize is not None:
         return _dense_to_blocked(self, tuple(blocksize), dense_dim, layout)
     if layout not in (None, torch.sparse_coo):
@@ -571,16 +573,16 @@ def _csr_to_dense(self, dtype=None, masked_grad=None):
     return out.reshape(self.shape)
 
 
-def _dense_to_csr(x, dense_dim=None):
+def _dense_to_csr(x, dense_dim=None, name="csr"):
     """A strided tensor (..., rows, columns, *dense) as CSR: PyTorch's CPU rules (an
     element block is stored when any of its values is nonzero; every batch must store as
-    many as the others: one read back of the counts)."""
+    many as the others: one read back of the counts).  `name` words the errors of a
+    conversion to CSC (which converts the transpose)."""
     nd = dense_dim or 0
-    if x.dim() < 2:
-        raise RuntimeError(f"to_sparse_csr: expected a tensor with at least 2 dimensions, "
-                           f"got {x.dim()}-D")
+    if x.dim() < 2:  # the CPU's own error (it differs between the layouts): an empty stand-in
+        getattr(torch.empty(x.shape, dtype=x.dtype), f"to_sparse_{name}")(dense_dim)
     if not 0 <= nd <= x.dim() - 2:
-        raise RuntimeError(f"dense_to_sparse_csr: dense_dim argument must be in "
+        raise RuntimeError(f"dense_to_sparse_{name}: dense_dim argument must be in "
                            f"[0,{x.dim() - 2}] range, but {nd} is given")
     nb = x.dim() - 2 - nd
     batches = math.prod(x.shape[:nb])
@@ -608,6 +610,16 @@ def _dense_to_csr(x, dense_dim=None):
 @kernel("_to_sparse_csr.default")
 def _to_sparse_csr(self, dense_dim=None):
     return _dense_to_csr(self, dense_dim)
+
+
+@kernel("_to_sparse_csc.default")
+def _to_sparse_csc(self, dense_dim=None):
+    """CSC of a strided tensor: the CSR of its transpose, read as columns."""
+    nb = self.dim() - 2 - (dense_dim or 0)
+    t = self.transpose(nb, nb + 1).contiguous() if self.dim() >= 2 and nb >= 0 else self
+    grid = _dense_to_csr(t, dense_dim, "csc")
+    return torch.sparse_csc_tensor(grid.crow_indices(), grid.col_indices(), grid.values(),
+                                   tuple(self.shape), dtype=self.dtype, device=self.device)
 
 
 def _dense_to_blocked(x, blocksize, dense_dim, layout):
@@ -660,10 +672,61 @@ def _coo_to_sparse_csr(self, dense_dim=None):
     return _csr_from_rows(idx[0].contiguous(), idx[1].contiguous(), c._values(), self.shape)
 
 
+def _recompress(s, layout):
+    """A CSR or CSC tensor (any batch and dense dimensions) in the other of the two
+    layouts: its stored elements (explicit zeros too) sorted into the new order, the index
+    dtype kept, as the CPU's conversion."""
+    batch, rows, cols, vals, nb = _compressed_parts(s)
+    (r, c), nnz = s.shape[nb:nb + 2], s._nnz()
+    batches = math.prod(s.shape[:nb])
+    outer, inner, n, m = (rows, cols, r, c) if layout == torch.sparse_csr else (cols, rows, c, r)
+    order = torch.argsort((batch.long() * n + outer.long()) * m + inner.long())
+    outer = outer[order].reshape(batches, nnz)
+    bounds = torch.arange(n + 1, dtype=outer.dtype, device=outer.device)
+    comp = torch.searchsorted(outer, bounds.expand(batches, n + 1).contiguous())
+    idx_dtype = _compressed(s)[0].dtype
+    bshape = tuple(s.shape[:nb])
+    return torch.sparse_compressed_tensor(
+        comp.to(idx_dtype).reshape(*bshape, n + 1), inner[order].to(idx_dtype).reshape(
+            *bshape, nnz), vals[order].reshape(*bshape, nnz, *vals.shape[1:]),
+        tuple(s.shape), dtype=s.dtype, layout=layout, device=s.device)
+
+
+def _layout_name(layout):
+    return {torch.sparse_csr: "SparseCsr", torch.sparse_csc: "SparseCsc",
+            torch.sparse_bsr: "SparseBsr", torch.sparse_bsc: "SparseBsc"}[layout]
+
+
+def _compressed_to(self, layout, dense_dim, name):
+    """aten::_to_sparse_csr / _to_sparse_csc of a compressed tensor."""
+    if dense_dim is not None:
+        raise RuntimeError(f"{name}: conversion from {_layout_name(self.layout)} to "
+                           f"{_layout_name(layout)} with dense_dim argument given is not "
+                           "supported")
+    return _csr_to_sparse(self, layout=layout)
+
+
+@kernel("_to_sparse_csr.default", key=CSR_KEY)
+def _compressed_to_csr(self, dense_dim=None):
+    name = "to_sparse_csr" if self.layout == torch.sparse_csr \
+        else "sparse_compressed_to_sparse_csr"
+    return _compressed_to(self, torch.sparse_csr, dense_dim, name)
+
+
+@kernel("_to_sparse_csc.default", key=CSR_KEY)
+def _compressed_to_csc(self, dense_dim=None):
+    name = "to_sparse_csc" if self.layout == torch.sparse_csc \
+        else "sparse_compressed_to_sparse_csc"
+    return _compressed_to(self, torch.sparse_csc, dense_dim, name)
+
+
 @kernel("_to_sparse.default", key=CSR_KEY)
 def _csr_to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
     if layout == self.layout and blocksize is None:
         return self
+    if layout in _COMPRESSED and self.layout in _COMPRESSED and blocksize is None \
+            and dense_dim is None:
+        return _recompress(self, layout)
     if layout not in (None, torch.sparse_coo) or self.layout in _BLOCKED:
         raise NotImplementedError(f"torchneuron: conversion of a {self.layout} tensor to "
                                   f"{layout or torch.sparse_coo} is not supported on the neuron "
