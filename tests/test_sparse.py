@@ -365,6 +365,31 @@ BATCHED_CASES = {
     "empty csr to csc": lambda d: torch.zeros(3, 4).to_sparse_csr().to(d).to_sparse_csc(),
     "csc to csc is itself": lambda d: _C.to_sparse_csc().to(d).to_sparse_csc(),
     "dense to csc": lambda d: _C.to(d).to_sparse_csc(),
+    # to and from the block layouts
+    "csr with a stored zero to bsr": lambda d: torch.sparse_csr_tensor(
+        torch.tensor([0, 1, 1, 2, 2]), torch.tensor([1, 3]), torch.tensor([0.0, 5.0]), (4, 4))
+    .to(d).to_sparse_bsr((2, 2)),
+    "csr to bsc": lambda d: _BLOCKS.to_sparse_csr().to(d).to_sparse_bsc((2, 3)),
+    "csc to bsr, int32": lambda d: torch.sparse_csc_tensor(
+        torch.tensor([0, 1, 2, 2, 3], dtype=torch.int32), torch.tensor([0, 3, 1],
+                                                                       dtype=torch.int32),
+        torch.tensor([1.0, 2.0, 3.0]), (4, 4)).to(d).to_sparse_bsr((2, 1)),
+    "hybrid csr to bsr": lambda d: _HYBRID.to_sparse_csr(dense_dim=1).to(d)
+    .to_sparse_bsr((1, 2)),
+    "empty csr to bsr": lambda d: torch.zeros(4, 4).to_sparse_csr().to(d).to_sparse_bsr((2, 2)),
+    "csr to_sparse(layout=bsr)": lambda d: _BLOCKS.to_sparse_csr().to(d)
+    .to_sparse(layout=torch.sparse_bsr, blocksize=(1, 2)),
+    "bsr to bsc": lambda d: _BLOCKS.to_sparse_bsr((2, 3)).to(d).to_sparse_bsc((2, 3)),
+    "batched bsc to bsr": lambda d: torch.stack([_BLOCKS, _BLOCKS.roll(2, 1)])
+    .to_sparse_bsc((2, 2)).to(d).to_sparse_bsr((2, 2)),
+    "bsr to bsr is itself": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d).to_sparse_bsr((2, 2)),
+    "bsr to COO": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d).to_sparse(),
+    "bsc to COO": lambda d: _BLOCKS.to_sparse_bsc((2, 3)).to(d).to_sparse(),
+    "batched bsr to COO": lambda d: torch.stack([_BLOCKS, -_BLOCKS]).to_sparse_bsr((1, 3)).to(d)
+    .to_sparse(2),
+    "batched csr to_sparse(2)": lambda d: _BATCHED.to_sparse_csr().to(d).to_sparse(2),
+    "hybrid bsr to COO": lambda d: _BLOCKS.reshape(4, 3, 2).to_sparse_bsr((2, 1), dense_dim=1)
+    .to(d).to_sparse(),
     "dense to_sparse(layout=csc)": lambda d: _OTHER.to(d).to_sparse(layout=torch.sparse_csc),
     "batched dense to csc": lambda d: _BATCHED.to(d).to_sparse_csc(),
     "hybrid dense to csc": lambda d: _HYBRID.to(d).to_sparse_csc(dense_dim=1),
@@ -414,18 +439,6 @@ def test_batched_hybrid_block_csr_and_csr_products_match_cpu(name):
             assert a == e
 
 
-@pytest.mark.parametrize("convert", [
-    lambda: _BLOCKS.to_sparse_bsr((2, 2)).to(DEV).to_sparse(),
-    lambda: _BLOCKS.to_sparse_bsr((2, 2)).to(DEV).to_sparse(layout=torch.sparse_csr),
-    lambda: _C.to_sparse_csr().to(DEV).to_sparse(layout=torch.sparse_bsr, blocksize=(1, 1))],
-    ids=["bsr to COO", "bsr to csr", "csr to bsr"])
-def test_unbuilt_compressed_conversions_raise_not_implemented(convert):
-    """Conversions between compressed layouts (and block layouts to COO) are not built:
-    NotImplementedError naming both layouts, never a tensor of the wrong layout."""
-    with native_only(), pytest.raises(NotImplementedError, match=r"conversion of a torch\.spa"):
-        convert()
-
-
 COMPRESSED_ERRORS = {
     "batches with other counts": lambda d: torch.stack([_BATCHED[0], _BATCHED[1] * 0]).to(d)
     .to_sparse_csr(),
@@ -436,6 +449,27 @@ COMPRESSED_ERRORS = {
     "csr to csc with dense_dim": lambda d: _C.to_sparse_csr().to(d).to_sparse_csc(dense_dim=0),
     "csc to csr with dense_dim": lambda d: _C.to_sparse_csc().to(d).to_sparse_csr(dense_dim=0),
     "csr to csr with dense_dim": lambda d: _C.to_sparse_csr().to(d).to_sparse_csr(dense_dim=0),
+    "csr to_sparse(1)": lambda d: _C.to_sparse_csr().to(d).to_sparse(1),
+    "bsr to_sparse(3)": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d).to_sparse(3),
+    "bsr to csr": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d).to_sparse_csr(),
+    "bsr to_sparse(layout=csc)": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d)
+    .to_sparse(layout=torch.sparse_csc),
+    "bsr to bsc with another blocksize": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d)
+    .to_sparse_bsc((1, 2)),
+    "bsr to bsr with another blocksize": lambda d: _BLOCKS.to_sparse_bsr((2, 2)).to(d)
+    .to_sparse_bsr((1, 3)),
+    "bsr to_sparse(layout=bsr) without blocksize": lambda d: _BLOCKS.to_sparse_bsr((2, 2))
+    .to(d).to_sparse(layout=torch.sparse_bsr),
+    "csr to_sparse(layout=bsc) without blocksize": lambda d: _BLOCKS.to_sparse_csr().to(d)
+    .to_sparse(layout=torch.sparse_bsc),
+    "csr to bsr with dense_dim": lambda d: _BLOCKS.to_sparse_csr().to(d)
+    .to_sparse_bsr((2, 2), dense_dim=0),
+    "batched csr to bsr": lambda d: _BATCHED.to_sparse_csr().to(d).to_sparse_bsr((1, 1)),
+    "csr to bsr blocksize does not divide": lambda d: _BLOCKS.to_sparse_csr().to(d)
+    .to_sparse_bsr((3, 2)),
+    "csr to_sparse(layout=csc) with blocksize": lambda d: _C.to_sparse_csr().to(d)
+    .to_sparse(layout=torch.sparse_csc, blocksize=(1, 1)),
+    "csr to COO with blocksize": lambda d: _C.to_sparse_csr().to(d).to_sparse(blocksize=(1, 1)),
     "csr @ csr dtypes": lambda d: _MM_A.double().to_sparse_csr().to(d) @ _MM_B.to_sparse_csr()
     .to(d),
     "csr @ csr shapes": lambda d: _MM_A.to_sparse_csr().to(d) @ _MM_A[:2].to_sparse_csr().to(d),

@@ -673,13 +673,15 @@ def _coo_to_sparse_csr(self, dense_dim=None):
 
 
 def _recompress(s, layout):
-    """A CSR or CSC tensor (any batch and dense dimensions) in the other of the two
-    layouts: its stored elements (explicit zeros too) sorted into the new order, the index
-    dtype kept, as the CPU's conversion."""
+    """A compressed tensor (any batch and dense dimensions) in its transposed layout (CSR
+    <-> CSC, BSR <-> BSC): its stored elements or blocks (explicit zeros too) sorted into
+    the new order, the index dtype kept, as the CPU's conversion."""
     batch, rows, cols, vals, nb = _compressed_parts(s)
     (r, c), nnz = s.shape[nb:nb + 2], s._nnz()
+    if s.layout in _BLOCKED:  # rows and columns count blocks
+        r, c = r // vals.shape[1], c // vals.shape[2]
     batches = math.prod(s.shape[:nb])
-    outer, inner, n, m = (rows, cols, r, c) if layout == torch.sparse_csr else (cols, rows, c, r)
+    outer, inner, n, m = (rows, cols, r, c) if layout in _ROW_COMPRESSED else (cols, rows, c, r)
     order = torch.argsort((batch.long() * n + outer.long()) * m + inner.long())
     outer = outer[order].reshape(batches, nnz)
     bounds = torch.arange(n + 1, dtype=outer.dtype, device=outer.device)
@@ -692,45 +694,85 @@ def _recompress(s, layout):
         tuple(s.shape), dtype=s.dtype, layout=layout, device=s.device)
 
 
+def _to_blocks(s, layout, blocksize):
+    """A 2-D CSR/CSC matrix (dense dimensions allowed) as BSR/BSC: a block is stored where
+    any stored element falls (an explicit zero too), as the CPU."""
+    _, rows, cols, vals, _ = _compressed_parts(s)
+    (br, bc), (r, c) = blocksize, s.shape[:2]
+    brow, bcol = rows.long() // br, cols.long() // bc
+    outer, inner, n, m = (brow, bcol, r // br, c // bc) if layout == torch.sparse_bsr \
+        else (bcol, brow, c // bc, r // br)
+    key, which = torch.unique(outer * m + inner, sorted=True, return_inverse=True)
+    blocks = vals.new_zeros((key.shape[0], br, bc, *vals.shape[1:]))
+    if vals.shape[0]:
+        blocks.index_put_((which, rows.long() % br, cols.long() % bc), vals, accumulate=True)
+    comp = torch.searchsorted(key // m, torch.arange(n + 1, device=key.device))
+    idx_dtype = _compressed(s)[0].dtype
+    return torch.sparse_compressed_tensor(comp.to(idx_dtype), (key % m).to(idx_dtype), blocks,
+                                          tuple(s.shape), dtype=s.dtype, layout=layout,
+                                          device=s.device)
+
+
+def _blocks_to_coo(s):
+    """A BSR/BSC tensor's stored blocks, element by element, as COO in storage order
+    (block by block, each row-major; not coalesced), as the CPU."""
+    batch, rows, cols, vals, nb = _compressed_parts(s)
+    br, bc = vals.shape[1:3]
+    i = torch.arange(br, dtype=rows.dtype, device=rows.device)[None, :, None]
+    j = torch.arange(bc, dtype=rows.dtype, device=rows.device)[None, None, :]
+    shape = (vals.shape[0], br, bc)
+    r = (rows[:, None, None] * br + i).expand(shape).reshape(-1)
+    c = (cols[:, None, None] * bc + j).expand(shape).reshape(-1)
+    b = batch[:, None, None].expand(shape).reshape(-1)
+    bidx = torch.stack(torch.unravel_index(b, tuple(s.shape[:nb]))) if nb \
+        else b.new_zeros((0, b.shape[0]))
+    idx = torch.cat([bidx, r[None], c[None]])
+    return _make(nb + 2, s.dense_dim(), s.shape, idx, vals.reshape(-1, *vals.shape[3:]).clone(),
+                 False)
+
+
 def _layout_name(layout):
     return {torch.sparse_csr: "SparseCsr", torch.sparse_csc: "SparseCsc",
-            torch.sparse_bsr: "SparseBsr", torch.sparse_bsc: "SparseBsc"}[layout]
+            torch.sparse_bsr: "SparseBsr", torch.sparse_bsc: "SparseBsc"}.get(layout, "Sparse")
 
 
-def _compressed_to(self, layout, dense_dim, name):
-    """aten::_to_sparse_csr / _to_sparse_csc of a compressed tensor."""
-    if dense_dim is not None:
-        raise RuntimeError(f"{name}: conversion from {_layout_name(self.layout)} to "
-                           f"{_layout_name(layout)} with dense_dim argument given is not "
-                           "supported")
-    return _csr_to_sparse(self, layout=layout)
-
-
-@kernel("_to_sparse_csr.default", key=CSR_KEY)
-def _compressed_to_csr(self, dense_dim=None):
-    name = "to_sparse_csr" if self.layout == torch.sparse_csr \
-        else "sparse_compressed_to_sparse_csr"
-    return _compressed_to(self, torch.sparse_csr, dense_dim, name)
-
-
-@kernel("_to_sparse_csc.default", key=CSR_KEY)
-def _compressed_to_csc(self, dense_dim=None):
-    name = "to_sparse_csc" if self.layout == torch.sparse_csc \
-        else "sparse_compressed_to_sparse_csc"
-    return _compressed_to(self, torch.sparse_csc, dense_dim, name)
-
-
-@kernel("_to_sparse.default", key=CSR_KEY)
-def _csr_to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
-    if layout == self.layout and blocksize is None:
-        return self
-    if layout in _COMPRESSED and self.layout in _COMPRESSED and blocksize is None \
-            and dense_dim is None:
-        return _recompress(self, layout)
-    if layout not in (None, torch.sparse_coo) or self.layout in _BLOCKED:
-        raise NotImplementedError(f"torchneuron: conversion of a {self.layout} tensor to "
-                                  f"{layout or torch.sparse_coo} is not supported on the neuron "
-                                  "device (docs/limitations.md)")
+def _convert_compressed(self, layout, blocksize, dense_dim, entry):
+    """A compressed tensor (CSR, CSC, BSR, BSC) converted to `layout` (None: COO), with the
+    CPU's rules and messages; `entry` names the aten op ("to_sparse", "to_sparse_csr",
+    ...): the CPU's messages say it when the layout stays, else sparse_compressed_<entry>."""
+    src = self.layout
+    name = entry if layout == src else f"sparse_compressed_{entry}"
+    what = f"conversion from {_layout_name(src)} to {_layout_name(layout)}"
+    if dense_dim is not None and layout is not None:
+        raise RuntimeError(f"{name}: {what} with dense_dim argument given is not supported")
+    nb = self.dim() - 2 - self.dense_dim()
+    if layout in _BLOCKED:
+        if blocksize is None:
+            raise RuntimeError(f"{name}: {what} without blocksize argument given is not "
+                               "supported")
+        blocksize = tuple(blocksize)
+        if src in _BLOCKED:
+            current = tuple(self.values().shape[nb + 1:nb + 3])
+            if blocksize != current:
+                raise RuntimeError(f"{name}: {what} with blocksize changed from "
+                                   f"{list(current)} to {list(blocksize)} is not supported")
+            return self if layout == src else _recompress(self, layout)
+        if nb:
+            raise RuntimeError(f"{name}: {what} for batched inputs is not supported")
+        (r, c), (br, bc) = self.shape[:2], blocksize
+        if r % br or c % bc:
+            raise RuntimeError(f"{name}: tensor sparse size ({r},{c}) must be divisible by "
+                               f"given blocksize ({br},{bc})")
+        return _to_blocks(self, layout, blocksize)
+    if blocksize is not None:
+        raise RuntimeError(f"{name}: {what} with blocksize argument given is not supported")
+    if layout in _COMPRESSED:
+        if src in _BLOCKED:
+            raise RuntimeError(f"sparse_compressed_to_sparse_{str(layout)[-3:]}: expected "
+                               f"SparseCsr or SparseCsc layout but got {_layout_name(src)}")
+        return self if layout == src else _recompress(self, layout)
+    if src in _BLOCKED:
+        return _blocks_to_coo(self)
     # COO over the batch, row and column dimensions, in storage order (sorted, so
     # coalesced, for CSR; column-major within a batch for CSC), as the CPU
     batch, rows, cols, vals, nb = _compressed_parts(self)
@@ -741,10 +783,42 @@ def _csr_to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
                  self.layout == torch.sparse_csr)
 
 
+@kernel("_to_sparse_csr.default", key=CSR_KEY)
+def _compressed_to_csr(self, dense_dim=None):
+    return _convert_compressed(self, torch.sparse_csr, None, dense_dim, "to_sparse_csr")
+
+
+@kernel("_to_sparse_csc.default", key=CSR_KEY)
+def _compressed_to_csc(self, dense_dim=None):
+    return _convert_compressed(self, torch.sparse_csc, None, dense_dim, "to_sparse_csc")
+
+
+@kernel("_to_sparse_bsr.default", key=CSR_KEY)
+def _compressed_to_bsr(self, blocksize, dense_dim=None):
+    return _convert_compressed(self, torch.sparse_bsr, blocksize, dense_dim, "to_sparse_bsr")
+
+
+@kernel("_to_sparse_bsc.default", key=CSR_KEY)
+def _compressed_to_bsc(self, blocksize, dense_dim=None):
+    return _convert_compressed(self, torch.sparse_bsc, blocksize, dense_dim, "to_sparse_bsc")
+
+
+@kernel("_to_sparse.default", key=CSR_KEY)
+def _csr_to_sparse(self, *, layout=None, blocksize=None, dense_dim=None):
+    if layout == torch.sparse_coo:
+        layout = None
+    if layout == self.layout and blocksize is None and layout in _COMPRESSED \
+            and dense_dim is None:
+        return self
+    return _convert_compressed(self, layout, blocksize, dense_dim, "to_sparse")
+
+
 @kernel("_to_sparse.sparse_dim", key=CSR_KEY)
 def _csr_to_sparse_dim(self, sparse_dim):
-    if sparse_dim != 2:
-        raise NotImplementedError("torchneuron: sparse_csr to COO keeps 2 sparse dimensions")
+    if sparse_dim != 2:  # (2 keeps the batch dimensions sparse too, as the CPU)
+        raise RuntimeError(f"sparse_compressed_to_sparse: conversion from "
+                           f"{_layout_name(self.layout)} to Sparse with sparse_dim argument "
+                           "!=2 is not supported")
     return _csr_to_sparse(self)
 
 
