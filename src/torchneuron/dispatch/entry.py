@@ -184,22 +184,34 @@ class Entry:
     @staticmethod
     def record(exe, inputs, index):
         """Fused eager: append the call to the device's pending program; its results are
-        storage.Pending values.  The executable's first recording traces it (abstractly),
-        so tracing errors and warnings come at the op, as op by op.  An executable that
-        XLA:CPU runs slowly inside a program (a convolution: 8x slower as a conditional's
-        branch) is not recorded: the pending program runs and None tells the caller to
-        call the executable itself, op by op."""
+        storage.Pending values.  An executable never called yet runs op by op instead (the
+        pending program first): its first call loads it from the eager executable store,
+        or traces, compiles and stores it, so tracing errors and warnings come at the op.
+        Its next recording reads its results' shapes from the compiled executable (or, with
+        the store off, from an abstract trace).  An executable that XLA:CPU runs slowly
+        inside a program (a convolution: 8x slower as a conditional's branch) is not
+        recorded: the pending program runs and None tells the caller to call the
+        executable itself, op by op."""
         avals = exe.avals
         if avals is None:
-            jaxpr = jax.make_jaxpr(exe.jit)(
-                *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
-            exe.avals = avals = tuple(jaxpr.out_avals)
-            text = str(jaxpr)
-            exe.solo = any(p in text for p in _SOLO_PRIMITIVES)
+            fn = exe.fn
+            if type(fn) is functools.partial:  # _first_call: the store's load or build
+                _lazy.program(index).flush()
+                return None
+            if fn is exe.jit:  # the store is off
+                jaxpr = jax.make_jaxpr(exe.jit)(
+                    *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
+                avals = tuple(jaxpr.out_avals)
+                text = str(jaxpr)
+                exe.solo = any(p in text for p in _SOLO_PRIMITIVES)
+            else:  # a compiled executable, loaded from the store or built for it
+                avals = tuple(jax.tree_util.tree_leaves(fn.out_info))
+                exe.solo = "convolution(" in fn.as_text()
+            exe.avals = avals
         if exe.solo:
             _lazy.program(index).flush()
             return None
-        return _lazy.program(index).record(exe.jit, inputs, avals)
+        return _lazy.program(index).record(exe, inputs, avals)
 
     @staticmethod
     def _dyn_values(dyn, index):

@@ -72,14 +72,16 @@ class Program:
         self._reset()
 
     def _reset(self):
-        self.ops = []  # (fn, refs, navals)
+        self.ops = []  # (executable, refs, avals)
         self.ext = []  # arrays from outside the program: its inputs
         self.ext_ids = {}  # id(array) -> position in ext
         self.outs = []  # the Pending of every value the program computes
         self.nvals = 0
 
-    def record(self, fn, inputs, avals):
-        """Append `fn(*inputs)` (inputs: arrays or Pendings); its results as Pendings."""
+    def record(self, exe, inputs, avals):
+        """Append the executable `exe` called on `inputs` (arrays or Pendings); its results
+        as Pendings.  `exe.fn` runs it alone (as op by op), `exe.jit` traces it into a
+        program."""
         with _lock:
             refs = []
             for x in inputs:
@@ -103,7 +105,7 @@ class Program:
                 k += 1
             self.outs.extend(res)
             self.nvals = k
-            self.ops.append((fn, tuple(refs), avals))
+            self.ops.append((exe, tuple(refs), avals))
             STATS.recorded += 1
             if len(self.ops) >= MAX_OPS:
                 self.flush()
@@ -139,7 +141,7 @@ class Program:
 def _run(index, ops, ext, keep):
     if len(ops) == 1:
         return _run_each(ops, ext, keep)
-    key = (index, tuple((fn, refs) for fn, refs, _ in ops), keep)
+    key = (index, tuple((exe, refs) for exe, refs, _ in ops), keep)
     prog = _compiled.get(key)
     if prog is None or type(prog) is int:
         seen = prog or 0
@@ -157,8 +159,8 @@ def _run(index, ops, ext, keep):
 def _run_each(ops, ext, keep):
     """The recorded executables called one by one, as op-by-op mode calls them."""
     vals = []
-    for fn, refs, _ in ops:
-        vals.extend(fn(*[ext[r] if r >= 0 else vals[-1 - r] for r in refs]))
+    for exe, refs, _ in ops:
+        vals.extend(exe.fn(*[ext[r] if r >= 0 else vals[-1 - r] for r in refs]))
     return [vals[k] for k in keep]
 
 
@@ -168,11 +170,11 @@ def _build(index, ops, keep):
 
     def program(pred, *ext):
         vals = []
-        for fn, refs, avals in ops:
+        for exe, refs, avals in ops:
             ins = [ext[r] if r >= 0 else vals[-1 - r] for r in refs]
             # each executable is its own branch: XLA never fuses across a conditional's
             # branches, so every op rounds exactly as it does alone
-            vals.extend(jax.lax.cond(pred, fn, zeros(avals), *ins))
+            vals.extend(jax.lax.cond(pred, exe.jit, zeros(avals), *ins))
         return tuple(vals[k] for k in keep)
 
     device = runtime.jax_device(index)
