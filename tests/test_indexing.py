@@ -534,6 +534,34 @@ def test_out_of_range(case, where):
     torch.testing.assert_close(xd.cpu(), x)  # nothing was written
 
 
+def test_bounds_check_is_remembered_while_the_buffer_is_unchanged(monkeypatch):
+    """An index view found in range is not read back again while its buffer is the same
+    array; a write to the index (a new array) or another view of it is checked again."""
+    from torchneuron.dispatch import bounds
+
+    reads = []
+    real = bounds._bad_on_device
+    monkeypatch.setattr(bounds, "_bad_on_device", lambda ts, b: reads.append(1) or real(ts, b))
+    x = torch.randn(5, 4)
+    xd = x.to(DEV)
+    i = torch.tensor([0, 3, 1, 10], device=DEV)
+    for _ in range(3):
+        torch.testing.assert_close(xd.index_select(0, i[:3]).cpu(), x[[0, 3, 1]])
+    assert len(reads) == 1
+    with pytest.raises(IndexError, match="index out of range in self"):
+        xd.index_select(0, i[1:])  # another view of the same buffer: checked
+    with pytest.raises(IndexError, match="index out of range in self"):
+        xd.index_select(0, i)
+    i[1] = 7  # a write: the view checked before is checked again
+    with pytest.raises(IndexError, match="index out of range in self"):
+        xd.index_select(0, i[:3])
+    i[1] = 4
+    torch.testing.assert_close(xd.index_select(0, i[:3]).cpu(), x[[0, 4, 1]])
+    torch.testing.assert_close(F.embedding(i[:3], xd).cpu(), x[[0, 4, 1]])
+    with pytest.raises(IndexError, match="index out of range in self"):
+        F.embedding(i[:3], xd[:4])  # the same view against a smaller bound
+
+
 # (gather_neg makes its own out-of-range index: not a device question)
 CPU_INDEX_OPS = [o for o in OOB if not o[0].startswith(("getitem", "setitem", "gather_neg"))]
 
