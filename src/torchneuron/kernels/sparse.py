@@ -581,6 +581,7 @@ def _dense_to_csr(x, dense_dim=None, name="csr"):
     nd = dense_dim or 0
     if x.dim() < 2:  # the CPU's own error (it differs between the layouts): an empty stand-in
         getattr(torch.empty(x.shape, dtype=x.dtype), f"to_sparse_{name}")(dense_dim)
+        raise RuntimeError(f"to_sparse_{name}: expected a tensor with at least 2 dimensions")
     if not 0 <= nd <= x.dim() - 2:
         raise RuntimeError(f"dense_to_sparse_{name}: dense_dim argument must be in "
                            f"[0,{x.dim() - 2}] range, but {nd} is given")
