@@ -373,4 +373,46 @@ def test_convolutions_run_between_programs():
         b = conv(a)  # runs the program, then the convolution
         assert lazy.pending_ops() == 0
         assert type(b.untyped_storage()._tn_cell) is torchneuron.storage.Cell
+        # an executable's first call always runs alone (the executable store); its second
+        # is where a convolution is told apart from what gets recorded
+        a2 = torch.ones(1, 1, 5, 5, device=DEV) * 3  # pending
+        b2 = conv(a2)
+        assert lazy.pending_ops() == 0
+        assert type(b2.untyped_storage()._tn_cell) is torchneuron.storage.Cell
         torch.testing.assert_close(b.cpu(), conv.cpu()(torch.ones(1, 1, 5, 5) * 2))
+        torch.testing.assert_close(b2.cpu(), conv.cpu()(torch.ones(1, 1, 5, 5) * 3))
+
+
+_STORE_CHILD = r"""
+import json, torch, torchneuron
+from torchneuron.dispatch import store
+from torchneuron.storage import lazy
+ref = torch.nn.Conv2d(1, 2, 3)
+conv = torch.nn.Conv2d(1, 2, 3).to("neuron")
+conv.load_state_dict(ref.state_dict())
+seen = []
+with torchneuron.eager_mode("fused"):
+    for k in (2.0, 3.0, 4.0):
+        a = torch.ones(1, 1, 5, 5, device="neuron") * k
+        b = conv(a)
+        seen.append([lazy.pending_ops(), type(b.untyped_storage()._tn_cell).__name__,
+                     torch.allclose(b.cpu(), ref(torch.ones(1, 1, 5, 5) * k), atol=1e-6)])
+print(json.dumps({"store": store.folder() is not None, "seen": seen,
+                  "writes": store.STATS.writes, "recorded": lazy.STATS.recorded}))
+"""
+
+
+def test_fused_with_the_executable_store_runs_convolutions_alone(tmp_path):
+    """With the executable store on, an executable is told apart for recording from its
+    compiled HLO (no trace): a convolution still runs alone, after the pending program,
+    and the ops around it are recorded."""
+    import json
+
+    env = {**os.environ, "TORCHNEURON_COMPILE_CACHE_DIR": str(tmp_path / "xla")}
+    p = subprocess.run([sys.executable, "-c", _STORE_CHILD], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["store"] and out["writes"] > 0
+    assert out["seen"] == [[0, "Cell", True]] * 3
+    assert out["recorded"] >= 2  # the later multiplications were recorded

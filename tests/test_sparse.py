@@ -445,6 +445,7 @@ COMPRESSED_ERRORS = {
     "dense_dim out of range": lambda d: _HYBRID.to(d).to_sparse_csr(dense_dim=2),
     "csc dense_dim out of range": lambda d: _HYBRID.to(d).to_sparse_csc(dense_dim=2),
     "1-d to csr": lambda d: torch.ones(3).to(d).to_sparse_csr(),
+    "1-d with zeros to csr": lambda d: torch.tensor([0.0, 2.0, 0.0]).to(d).to_sparse_csr(),
     "1-d to csc": lambda d: torch.ones(3).to(d).to_sparse_csc(),
     "csr to csc with dense_dim": lambda d: _C.to_sparse_csr().to(d).to_sparse_csc(dense_dim=0),
     "csc to csr with dense_dim": lambda d: _C.to_sparse_csc().to(d).to_sparse_csr(dense_dim=0),

@@ -37,6 +37,7 @@ aten = torch.ops.aten
 # primitives XLA:CPU runs far slower as a conditional's branch than at top level (measured:
 # convolution 8.5x; dot, reduce_window, fft, sort, cumsum, gathers, reductions: within 20%)
 _SOLO_PRIMITIVES = ("conv_general_dilated",)
+_SOLO_HLO = ("convolution(",)  # the same primitives in a compiled executable's HLO text
 
 
 class Executable:
@@ -206,7 +207,8 @@ class Entry:
                 exe.solo = any(p in text for p in _SOLO_PRIMITIVES)
             else:  # a compiled executable, loaded from the store or built for it
                 avals = tuple(jax.tree_util.tree_leaves(fn.out_info))
-                exe.solo = "convolution(" in fn.as_text()
+                text = fn.as_text()
+                exe.solo = any(p in text for p in _SOLO_HLO)
             exe.avals = avals
         if exe.solo:
             _lazy.program(index).flush()

@@ -286,7 +286,7 @@ def _compressed_matmul(a, b):
     rb, cb, vb = (x.long() if i < 2 else x for i, x in enumerate(_csr_triples(b)))
     order = torch.argsort(rb * n + cb)  # b's stored values in row order (a CSC's are not)
     rb, cb, vb = rb[order], cb[order], vb[order]
-    starts = torch.searchsorted(rb, torch.arange(k + 1, dtype=rb.dtype, device=rb.device))
+    starts = _compress(rb, k)
     first, count = starts[ca], starts[ca + 1] - starts[ca]  # b's row ca[e], for each e of a
     ends = torch.cumsum(count, 0)
     total = int(ends[-1]) if ends.numel() else 0
@@ -512,10 +512,17 @@ def _outer_indices(comp, nnz):
     return torch.searchsorted(comp[:, 1:].contiguous(), pos.contiguous(), right=True)
 
 
+def _compress(outer, n):
+    """Outer indices (..., nnz), sorted along the last dimension, compressed: where each of
+    the n outer indices starts, (..., n + 1) (the inverse of _outer_indices)."""
+    bounds = torch.arange(n + 1, dtype=outer.dtype, device=outer.device)
+    return torch.searchsorted(outer.contiguous(),
+                              bounds.expand(*outer.shape[:-1], n + 1).contiguous())
+
+
 def _csr_from_rows(rows, cols, vals, size):
     """A CSR tensor from row-major sorted (row, col, value) triples."""
-    crow = torch.searchsorted(rows, torch.arange(size[0] + 1, dtype=rows.dtype,
-                                                 device=rows.device))
+    crow = _compress(rows, size[0])
     return torch.sparse_csr_tensor(crow, cols, vals, tuple(size), dtype=vals.dtype,
                                    device=vals.device)
 
@@ -579,8 +586,9 @@ def _dense_to_csr(x, dense_dim=None, name="csr"):
     many as the others: one read back of the counts).  `name` words the errors of a
     conversion to CSC (which converts the transpose)."""
     nd = dense_dim or 0
-    if x.dim() < 2:  # the CPU's own error (it differs between the layouts): an empty stand-in
-        getattr(torch.empty(x.shape, dtype=x.dtype), f"to_sparse_{name}")(dense_dim)
+    if x.dim() < 2:  # the CPU's own error, which differs between the layouts and names the
+        # count of nonzeros: raised by the CPU on the (at most 1-D) values themselves
+        getattr(x.detach().cpu(), f"to_sparse_{name}")(dense_dim)
         raise RuntimeError(f"to_sparse_{name}: expected a tensor with at least 2 dimensions")
     if not 0 <= nd <= x.dim() - 2:
         raise RuntimeError(f"dense_to_sparse_{name}: dense_dim argument must be in "
@@ -600,9 +608,7 @@ def _dense_to_csr(x, dense_dim=None, name="csr"):
     nnz = idx.shape[0] // max(batches, 1)
     b, rows, cols = idx[:, 0], idx[:, 1].contiguous(), idx[:, 2].contiguous()
     vals = xf[b, rows, cols].reshape(*x.shape[:nb], nnz, *x.shape[nb + 2:])
-    rows = rows.reshape(batches, nnz)
-    bounds = torch.arange(r + 1, dtype=rows.dtype, device=rows.device).expand(batches, r + 1)
-    crow = torch.searchsorted(rows, bounds.contiguous())
+    crow = _compress(rows.reshape(batches, nnz), r)
     return torch.sparse_csr_tensor(crow.reshape(*x.shape[:nb], r + 1),
                                    cols.reshape(*x.shape[:nb], nnz), vals, tuple(x.shape),
                                    dtype=x.dtype, device=x.device)
@@ -684,9 +690,7 @@ def _recompress(s, layout):
     batches = math.prod(s.shape[:nb])
     outer, inner, n, m = (rows, cols, r, c) if layout in _ROW_COMPRESSED else (cols, rows, c, r)
     order = torch.argsort((batch.long() * n + outer.long()) * m + inner.long())
-    outer = outer[order].reshape(batches, nnz)
-    bounds = torch.arange(n + 1, dtype=outer.dtype, device=outer.device)
-    comp = torch.searchsorted(outer, bounds.expand(batches, n + 1).contiguous())
+    comp = _compress(outer[order].reshape(batches, nnz), n)
     idx_dtype = _compressed(s)[0].dtype
     bshape = tuple(s.shape[:nb])
     return torch.sparse_compressed_tensor(
@@ -707,7 +711,7 @@ def _to_blocks(s, layout, blocksize):
     blocks = vals.new_zeros((key.shape[0], br, bc, *vals.shape[1:]))
     if vals.shape[0]:
         blocks.index_put_((which, rows.long() % br, cols.long() % bc), vals, accumulate=True)
-    comp = torch.searchsorted(key // m, torch.arange(n + 1, device=key.device))
+    comp = _compress(key // m, n)
     idx_dtype = _compressed(s)[0].dtype
     return torch.sparse_compressed_tensor(comp.to(idx_dtype), (key % m).to(idx_dtype), blocks,
                                           tuple(s.shape), dtype=s.dtype, layout=layout,
