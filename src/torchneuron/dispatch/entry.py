@@ -93,8 +93,11 @@ def _partial(t):
 
 
 def _densify(v):
+    """`v` with its strided views replaced by dense copies.  The copies are made by
+    storage.dense_copy, which runs no op's kernel: a kernel that asked for them (clone,
+    contiguous, _to_copy included) never re-enters itself."""
     if _partial(v):
-        return v.clone(memory_format=torch.contiguous_format)
+        return storage.dense_copy(v)
     if isinstance(v, (list, tuple)) and any(_partial(x) for x in v):
         return type(v)(_densify(x) for x in v)
     return v
@@ -133,6 +136,12 @@ class Entry:
 
     # the hot path -------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        return self.run(args, kwargs, True)
+
+    def run(self, args, kwargs, dense_ok):
+        """Run the op.  With `dense_ok` a key under layout churn answers DENSE: the call
+        runs once more on dense copies of its strided inputs, with `dense_ok` False, so
+        that second run builds (or finds) an executable and never densifies again."""
         sch = self.schema
         fused = _lazy.fused
         w = FusedWalk(self.static) if fused else Walk(self.static)
@@ -147,12 +156,15 @@ class Entry:
         key = tuple(toks)
         exe = self.cache.get(key)
         if exe is None:
-            exe = self.miss(key, args, kwargs, w)
+            exe = self.miss(key, args, kwargs, w, dense_ok)
         else:
             cache_hits[self.name] += 1
         if exe is DENSE:
-            return self(*[_densify(a) for a in args],
-                        **{k: _densify(v) for k, v in kwargs.items()})
+            if not dense_ok:  # this key was marked by a call that could densify
+                exe = self.build(key, args, kwargs, w)
+            else:
+                return self.run([_densify(a) for a in args],
+                                {k: _densify(v) for k, v in kwargs.items()}, False)
         if exe.overlaps:
             check_partial_overlaps(exe.overlaps, args)
         index = exe.index
@@ -237,13 +249,14 @@ class Entry:
         return assemble(plan, outs, self.schema, args, kwargs)
 
     # the slow path ------------------------------------------------------
-    def miss(self, key, args, kwargs, w):
-        """Build the executable of `key`, or mark the key DENSE (layout churn)."""
+    def miss(self, key, args, kwargs, w, dense_ok=True):
+        """Build the executable of `key`, or (`dense_ok`) mark the key DENSE (layout
+        churn)."""
         if self.mode != "functional":
             return self.build(key, args, kwargs, w)
         sk = _shape_key(key)
         n = self.layouts.get(sk, 0)
-        if n >= LAYOUT_VARIANTS and self._dense_keeps_layout(args, kwargs):
+        if dense_ok and n >= LAYOUT_VARIANTS and self._dense_keeps_layout(args, kwargs):
             if len(self.cache) >= CACHE_MAX:
                 self.cache.popitem(last=False)
             self.cache[key] = DENSE

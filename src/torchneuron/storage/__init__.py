@@ -19,7 +19,7 @@ from .cells import (CPU_KEYS, Cell, cell_at, cell_of, check_room, contiguous_str
 from . import lazy  # noqa: F401
 from .transfer import (cells_of, device_fn, dyn_scalar, host_storage_to_device,  # noqa: F401
                        number_key,
-                       adopt_host, host_alias, materialize, read_back, to_cpu_tensor,
+                       adopt_host, dense_copy, host_alias, materialize, read_back, to_cpu_tensor,
                        to_device_array, to_host,
                        to_neuron, typed_scalar, view_values, whole_cell)
 from .views import (apply_flags, perm_plan, read_view, reinterpret, view_flags,  # noqa: F401

@@ -36,28 +36,33 @@ def to_host(arr, dtype: torch.dtype) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- a tensor's values
-_read_fns: dict = {}
-
-
 def materialize(t: torch.Tensor):
-    """The tensor's values as a jax array of its shape (on the device)."""
+    """The tensor's values as a jax array of its shape (on the device).  One small read
+    function per view layout, in the capped cache of :func:`device_fn`; the storage offset
+    is an argument, so a view at any position shares it."""
     cell = cell_of(t)
     arr = cell.arr
     dtype, shape, strides, off = view_spec(t)
     flags = view_flags(t)
-    key = (dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], flags)
-    f = _read_fns.get(key)
-    if f is None:
-        if off:
-            f = jax.jit(lambda a, o: apply_flags(
-                read_view(a, (dtype, shape, strides, o)), flags))
-        else:
-            f = jax.jit(lambda a: apply_flags(
-                read_view(a, (dtype, shape, strides, 0)), flags))
-        _read_fns[key] = f
+    key = ("materialize", dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], flags)
     if off:
+        f = device_fn(key, lambda: lambda a, o: apply_flags(
+            read_view(a, (dtype, shape, strides, o)), flags))
         return f(arr, dyn_scalar(off, cell.index))
+    f = device_fn(key, lambda: lambda a: apply_flags(
+        read_view(a, (dtype, shape, strides, 0)), flags))
     return f(arr)
+
+
+def dense_copy(t: torch.Tensor) -> torch.Tensor:
+    """A new contiguous neuron tensor with t's values, made without any op's kernel (so a
+    kernel can call it for its own inputs without ever re-entering itself)."""
+    index = cell_of(t).index
+    nbytes = t.numel() * t.element_size()
+    check_room(index, nbytes)
+    arr = runtime.LAST_DISPATCH[index] = materialize(t)
+    return make_tensor(arr.reshape(-1), t.dtype, tuple(t.shape),
+                       contiguous_strides(t.shape), 0, index, nbytes)
 
 
 def to_cpu_tensor(t: torch.Tensor) -> torch.Tensor:
