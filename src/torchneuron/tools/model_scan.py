@@ -223,10 +223,8 @@ def scan(models, stages, results_path, workers=2, timeout=300.0, progress=True, 
     """Run `models` not yet in `results_path` (resume; `redo`: run them again); returns every
     record of `models`."""
     done = load_results(results_path)
-    if redo:
-        for m in models:
-            done.pop(m, None)
-    todo = [m for m in models if m not in done or not set(stages) <= set(done[m].get("ran", []))]
+    todo = [m for m in models if redo or m not in done
+            or not set(stages) <= set(done[m].get("ran", []))]
     # a stable shuffle: an interrupted run has scanned a sample of the zoo, not its first letters
     todo.sort(key=lambda m: hashlib.md5(m.encode()).hexdigest())
     os.makedirs(os.path.dirname(os.path.abspath(results_path)), exist_ok=True)
@@ -432,7 +430,7 @@ def markdown(summary, results, meta, png_rel):
       "4 heads, vocabulary 96, images 32x32; dropout off), with the same weights and inputs on the "
       "CPU and on the device, in its own process. Tolerances (against max|CPU| of each tensor): "
       "forward and compile 1e-4, gradients 1e-3, bfloat16 and autocast 6e-2 (autocast is compared "
-      "with the float32 CPU run). `generate()` is greedy, 6 new tokens, compared token for token.\n\n")
+      "with the float32 CPU run). `generate()` is greedy, up to 32 new tokens with the EOS stopping criterion on (the model's own EOS id where it lies in the tiny vocabulary, else id 2), compared token for token, stopping point included.\n\n")
     w(f"![scan]({png_rel})\n\n## Headline\n\n| measure | value |\n|---|---|\n")
     w(f"| forward + backward PASS natively (no fallback) | {h['fwd_bwd_native_pass']} / "
       f"{summary['built']} compared ({h['fwd_bwd_native_pass_pct']}%) |\n")
@@ -584,8 +582,8 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per model")
     p.add_argument("--results", default=DEFAULT_RESULTS, help="the JSONL results (resumed)")
     p.add_argument("--fresh", action="store_true", help="discard earlier results first")
-    p.add_argument("--redo", action="store_true", help="run the selected models again (their "
-                   "new records replace the old ones)")
+    p.add_argument("--redo", action="store_true", help="run the selected models again (the "
+                   "stages run replace their old results; other stages' results are kept)")
     p.add_argument("--report-only", action="store_true", help="rebuild the reports from the results")
     p.add_argument("--no-report", action="store_true", help="do not rebuild the reports")
     p.add_argument("--list", action="store_true", help="print the models that would run")

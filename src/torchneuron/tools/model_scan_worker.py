@@ -28,7 +28,22 @@ STAGES = ("forward", "backward", "generate", "compile", "bf16", "autocast")
 # (rtol, atol) against max|expected| of each tensor: err <= atol + rtol * max|expected|
 TOL = {"forward": (1e-4, 1e-5), "backward": (1e-3, 1e-5), "compile": (1e-4, 1e-5),
        "bf16": (6e-2, 6e-2), "autocast": (6e-2, 6e-2)}
-GEN_TOKENS = 6
+GEN_TOKENS = 32  # new tokens per generate(), past the ~16 where layout churn starts
+EOS_STAND_IN = 2  # the EOS id for models whose own is unset or outside the tiny vocabulary
+
+
+def _eos_id(model):
+    """The model's own EOS token id when it lies in the (tiny) vocabulary, else a stand-in:
+    generate() then runs its EOS stopping criterion every step, as users' runs do."""
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    vocab = getattr(text, "vocab_size", None) or getattr(cfg, "vocab_size", None)
+    ids = getattr(model.generation_config, "eos_token_id", None)
+    if ids is None:
+        ids = getattr(text, "eos_token_id", None)
+    ids = ids if isinstance(ids, (list, tuple)) else [ids]
+    ok = [i for i in ids if isinstance(i, int) and vocab and 0 <= i < vocab]
+    return ok[0] if ok else EOS_STAND_IN
 RANDOM_REASON = ("the model's forward samples random numbers (two CPU runs with different seeds "
                  "differ); the device's generator is not the CPU's, so there is no reference")
 
@@ -357,8 +372,10 @@ def run(name, stages, seed=0):
                     continue
                 main = getattr(model, "main_input_name", "input_ids")
                 gin = {main: inputs[main]}
-                gkw = dict(max_new_tokens=GEN_TOKENS, min_new_tokens=GEN_TOKENS, do_sample=False,
-                           num_beams=1, pad_token_id=0)
+                eos = _eos_id(model)
+                gkw = dict(max_new_tokens=GEN_TOKENS, do_sample=False, num_beams=1,
+                           pad_token_id=0, eos_token_id=eos)
+                rec["eos"] = eos
                 if kind == "seq2seq" and getattr(model.generation_config, "decoder_start_token_id",
                                                  None) is None:
                     gkw["decoder_start_token_id"] = 0  # tiny configs have no tokenizer's ids
@@ -374,6 +391,8 @@ def run(name, stages, seed=0):
                     got = dmodel.generate(**_to(gin, dev), **gkw).cpu()
                     rec["first_s"] = round(time.perf_counter() - t0, 3)
                     ok = got.shape == want.shape and torch.equal(got, want)
+                rec["new_tokens"] = int(want.shape[-1] - (1 if kind == "seq2seq"
+                                                          else gin[main].shape[-1]))
                 if not ok:
                     rec["worst"] = {"name": "tokens", "err": "tokens differ",
                                     "got": got.tolist()[0][-GEN_TOKENS:],
