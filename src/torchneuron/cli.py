@@ -36,6 +36,8 @@ COMMANDS = {
     "ops": ("torchneuron.tools.native_ops", "main", "write docs/native-ops.md from the registry"),
     "scan": ("torchneuron.tools.model_scan", "main", "run the Hugging Face model scan"),
     "fuzz": ("torchneuron.tools.fuzz", "main", "random programs on neuron against the CPU"),
+    "workloads": ("torchneuron.tools.workloads_report", "main",
+                  "generation and training workloads, long, against the CPU"),
 }
 
 
