@@ -19,7 +19,7 @@ CI = [
 def test_generation_matches_cpu(name):
     rec = W.run(name, "ci")
     assert rec["status"] == "PASS", rec
-    assert rec["mem_end"] == rec["mem_start"] or name.endswith(("/greedy", "/greedy_long")), rec
+    assert rec["mem_end"] == rec["mem_start"] > 0, rec  # the model's weights, nothing more
 
 
 def test_generation_fused_eager():

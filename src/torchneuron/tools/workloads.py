@@ -591,6 +591,8 @@ def run(name, size="ci", mode=None):
 
     import torchneuron
 
+    if group in MODELS:  # the model lives for the process: built before the measurements
+        model_pair(group)
     c0 = runtime.EXE_STATS.compiles
     f0 = torchneuron.fallback_stats()
     rec["mem_start"] = storage.stats(0).allocated
