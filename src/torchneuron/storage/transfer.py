@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .. import runtime
-from .cells import cell_of, check_room, contiguous_strides, make_tensor
+from .cells import cell_of, check_room, contiguous_strides, from_array, make_tensor
 from .views import apply_flags, read_view, view_flags, view_spec
 
 
@@ -58,11 +58,9 @@ def dense_copy(t: torch.Tensor) -> torch.Tensor:
     """A new contiguous neuron tensor with t's values, made without any op's kernel (so a
     kernel can call it for its own inputs without ever re-entering itself)."""
     index = cell_of(t).index
-    nbytes = t.numel() * t.element_size()
-    check_room(index, nbytes)
+    check_room(index, t.numel() * t.element_size())
     arr = runtime.LAST_DISPATCH[index] = materialize(t)
-    return make_tensor(arr.reshape(-1), t.dtype, tuple(t.shape),
-                       contiguous_strides(t.shape), 0, index, nbytes)
+    return from_array(arr, index, t.dtype)
 
 
 def to_cpu_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -149,18 +149,25 @@ def scan_env():
     return env
 
 
-def run_model(model, stages, timeout=300.0, seed=0):
-    """Run one model in a subprocess; returns its record."""
-    t0 = time.time()
-    proc = subprocess.Popen(_worker_cmd(model, stages, seed), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=scan_env(), cwd=tempfile.gettempdir())
-    timed_out = False
+def run_worker(cmd, timeout, **popen_kw):
+    """Run a worker process to its end or `timeout` (then kill it): (stdout, stderr,
+    timed_out, returncode)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen_kw)
     try:
         out, err = proc.communicate(timeout=timeout)
+        return out, err, False, proc.returncode
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        timed_out = True
+        return out, err, True, proc.returncode
+
+
+def run_model(model, stages, timeout=300.0, seed=0):
+    """Run one model in a subprocess; returns its record."""
+    t0 = time.time()
+    out, err, timed_out, returncode = run_worker(_worker_cmd(model, stages, seed), timeout,
+                                                 env=scan_env(), cwd=tempfile.gettempdir())
     recs = []
     for line in out.splitlines():
         if line.startswith("@@stage "):
@@ -179,13 +186,13 @@ def run_model(model, stages, timeout=300.0, seed=0):
         why = "TIMEOUT" if timed_out else "CRASH"
         rec["build"] = {"status": why, "reason": _last_line(err) if not timed_out else
                         f"no result within {timeout:.0f} s"}
-    elif rec["build"]["status"] == "PASS" and (timed_out or proc.returncode != 0):
+    elif rec["build"]["status"] == "PASS" and (timed_out or returncode != 0):
         # the first stage that did not report is where it stopped
         left = [s for s in stages if s not in rec["stages"] and _applies(s, rec["build"])]
         if left:
             rec["stages"][left[0]] = {"status": "TIMEOUT" if timed_out else "CRASH",
                                       "error": f"no result within {timeout:.0f} s" if timed_out
-                                      else f"exit {proc.returncode}: {_last_line(err)}"}
+                                      else f"exit {returncode}: {_last_line(err)}"}
     return rec
 
 

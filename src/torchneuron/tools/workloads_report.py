@@ -17,11 +17,11 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 
 from .conformance import repo_root
+from .model_scan import run_worker
 
 ROOT = repo_root()
 RESULTS = os.path.join(ROOT, "reports", "workloads.jsonl")
@@ -49,14 +49,8 @@ def run_group(names, size, eager, timeout):
            ",".join(names), "--size", size, "--eager", eager]
     env = dict(os.environ, TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore",
                TORCHNEURON_FALLBACK="silent", TORCHNEURON_COMPILE_CACHE_DIR="off")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    status = None
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        status = "TIMEOUT"
+    out, err, timed_out, returncode = run_worker(cmd, timeout, env=env)
+    status = "TIMEOUT" if timed_out else None
     recs = [json.loads(ln[6:]) for ln in out.splitlines() if ln.startswith("@@rec ")]
     got = {r["workload"] for r in recs}
     for n in names:
@@ -65,7 +59,7 @@ def run_group(names, size, eager, timeout):
             lines = [ln for ln in (err or "").splitlines() if ln.strip()]
             recs.append({"workload": n, "size": size, "eager": eager, "status": why,
                          "detail": f"no result within {timeout:.0f} s" if why == "TIMEOUT"
-                         else (lines[-1][:300] if lines else f"exit {proc.returncode}")})
+                         else (lines[-1][:300] if lines else f"exit {returncode}")})
             status = status or "CRASH"
     return recs
 
