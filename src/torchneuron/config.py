@@ -101,7 +101,8 @@ KNOBS = {k.name: k for k in [
          "torch.compile: `0` turns off buffer donation for mutated inputs."),
     Knob("TORCHNEURON_SCAN_XLA_CACHE", None, "path",
          "`torchneuron scan`: the XLA compilation cache its model processes share (default "
-         "`$TMPDIR/torchneuron-scan-xla`; `off` disables it)."),
+         "`$TORCHNEURON_CACHE_DIR/scan-xla`; made private to the user, mode 0o700, and "
+         "refused when another user's or writable by others; `off` disables it)."),
     Knob("TORCHNEURON_CONFORMANCE_ROOT", None, "path",
          "set by `torchneuron conformance --snapshot`: the checkout reports are written to.",
          internal=True),
