@@ -1,5 +1,5 @@
 """Hugging Face on neuron, with the real transformers / accelerate / diffusers packages:
-they pick the device by themselves (torchneuron ships the ``torch_neuronx`` module they
+they pick the device by themselves (torchneuron answers the module name ``torch_neuronx`` they
 look for), and Trainer trains tiny models exactly as on the CPU.
 
 Each run is its own process (Accelerate keeps process-wide state); models are built
@@ -107,14 +107,20 @@ def test_trainer_checkpoint_and_resume(tmp_path):
         assert resumed["params"][k] == pytest.approx(v, rel=1e-4, abs=1e-5), k
 
 
-def test_aws_package_next_to_the_shim_is_refused(tmp_path):
-    """A distribution named torch-neuronx (AWS's) installed next to torchneuron: importing
-    the compatibility module raises a clear ImportError instead of mixing the two."""
-    dist = tmp_path / "torch_neuronx-2.9.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.9.0\n")
+def test_aws_package_wins_and_autoload_steps_aside(tmp_path):
+    """AWS's torch_neuronx importable (a stand-in package on the path): torchneuron ships
+    no file under that name, so AWS's module is the one imported, and ``import torch``
+    leaves PrivateUse1 to it instead of registering ``neuron`` first."""
+    pkg = tmp_path / "torch_neuronx"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("AWS = True\n")
     env = dict(ENV, PYTHONPATH=str(tmp_path) + os.pathsep + ENV.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", "import torch_neuronx"], capture_output=True,
-                       text=True, env=env, timeout=300)
-    assert r.returncode != 0
-    assert "AWS's torch-neuronx 2.9.0 is installed next to torchneuron" in r.stderr
+    got = _py("""
+        import json, sys, torch
+        registered = torch._C._get_privateuse1_backend_name()
+        import torch_neuronx
+        print(json.dumps({"backend": registered, "aws": getattr(torch_neuronx, "AWS", False),
+                          "ours": hasattr(torch_neuronx, "TORCHNEURON"),
+                          "loaded": "torchneuron" in sys.modules}))
+    """, env=env)
+    assert got == {"backend": "privateuseone", "aws": True, "ours": False, "loaded": False}

@@ -7,42 +7,23 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-_registered = False
+def _register_device() -> None:
+    """Make ``neuron`` a PyTorch device without importing jax (torchneuron/boot.py);
+    everything else loads at the device's first use.  Idempotent."""
+    from . import boot
 
-
-def _register() -> None:
-    """Register the neuron device with PyTorch (idempotent)."""
-    global _registered
-    if _registered:
+    if boot.registered():
         return
-    import torch  # when torch is not imported yet, its autoload registers us right here
+    boot.register(loader=_load)
+    _patch_storage_methods()
 
-    if _registered:
-        return
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
+def _load():
+    """The device's first use: jax, the runtime and every kernel (once, through
+    ``boot.ensure_loaded``); returns the real ``torch.neuron`` module."""
     from . import device, dispatch, runtime  # noqa: F401  (runtime turns on x64)
 
     runtime.watch_compiles()
-
-    name = torch._C._get_privateuse1_backend_name()
-    if name != "privateuseone":
-        # another backend owns PrivateUse1 (AWS's torch-neuronx names its device 'neuron'
-        # too), or an earlier registration of torchneuron failed half-way
-        raise RuntimeError(
-            f"torchneuron: the PrivateUse1 backend is already registered as {name!r}"
-            + (" by another package (AWS's torch-neuronx?) or by a failed earlier import of "
-               "torchneuron; torchneuron cannot share a process with it" if name == "neuron"
-               else ""))
-    from . import native
-
-    # the C++ hooks first (they can return a pinned-memory allocator); PyTorch then
-    # ignores the Python hooks passed below
-    if not native.register_hooks(device.is_available):
-        native.install_python_pinning()
-    _setup_privateuseone_for_python_backend(
-        "neuron", backend_module=device, hook=_hooks(), device_guard=_guard())
-    _patch_storage_methods()
     from . import amp, kernels, ops  # noqa: F401  (amp: autocast kernels)
 
     ops.load_all()  # lowerings and their extras (declarations only)
@@ -55,44 +36,23 @@ def _register() -> None:
 
     distributed.register()  # the "neuron" c10d backend
     dynamo_skip.skip_loaded_modules()
-    _registered = True
+    return device
 
 
-def _hooks():
-    import torch
+def _register() -> None:
+    """Register the neuron device and load it now (idempotent): what a first use does."""
+    from . import boot
 
-    class NeuronHooks(torch._C._acc.PrivateUse1Hooks):
-        def is_available(self) -> bool:
-            from . import device
-
-            return device.is_available()
-
-        def has_primary_context(self, dev_id) -> bool:
-            return True
-
-        def is_built(self) -> bool:
-            return True
-
-    return NeuronHooks()
-
-
-def _guard():
-    import torch
-
-    class NeuronGuard(torch._C._acc.DeviceGuard):
-        def type_(self):
-            return torch._C._autograd.DeviceType.PrivateUse1
-
-    return NeuronGuard()
+    _register_device()
+    boot.ensure_loaded()
 
 
 def _patch_storage_methods() -> None:
     """Storage methods that would need a C++ allocator: route them through torchneuron."""
     import torch
 
-    from . import storage
-
     def storage_to_neuron(self, device=None, non_blocking=False):
+        _register()
         from .device import index_of as _index_of
 
         idx = _index_of(torch.device("neuron", device) if isinstance(device, int) else device)
@@ -110,6 +70,7 @@ def _patch_storage_methods() -> None:
     def clone(self):
         if self.device.type != "neuron":
             return orig_clone(self)
+        _register()
         src = torch.empty(0, dtype=torch.uint8, device=self.device)
         src.set_(self, 0, (self.nbytes(),), (1,))
         return src.clone().untyped_storage()
@@ -123,6 +84,9 @@ def _patch_storage_methods() -> None:
     def resize_(self, size):
         if self.device.type != "neuron":
             return orig_resize(self, size)
+        _register()
+        from . import storage
+
         storage.resize_storage(self, int(size))
         return self
 
@@ -136,6 +100,8 @@ def _patch_storage_methods() -> None:
 
     def untyped_new(cls, *args, device=None, **kwargs):
         if device is not None and torch.device(device).type == "neuron":
+            _register()
+            from . import storage
             from .device import index_of as _index_of
 
             idx = _index_of(torch.device(device))
@@ -158,6 +124,7 @@ def _patch_storage_methods() -> None:
 def set_index_checks(enabled: bool) -> bool:
     """Turn the eager out-of-range index checks on/off (``TORCHNEURON_INDEX_CHECKS``);
     returns the previous setting."""
+    _register()
     from . import lowering
 
     return lowering.set_index_checks(enabled)
@@ -166,6 +133,7 @@ def set_index_checks(enabled: bool) -> bool:
 def native_ops() -> dict:
     """{aten overload: Native(kind, family, where)}: every overload that runs natively and
     why (lowered, variant, eager kernel, compile-only, decomposed at first use)."""
+    _register()
     from . import dispatch
 
     return dispatch.natives()
@@ -173,6 +141,7 @@ def native_ops() -> dict:
 
 def fallback_stats() -> dict:
     """{aten op name: calls} for ops that ran on the CPU through the fallback."""
+    _register()
     from . import dispatch
 
     return dispatch.fallback_stats()
@@ -180,6 +149,7 @@ def fallback_stats() -> dict:
 
 def decomposition_stats() -> dict:
     """{aten op name: calls} for ops run natively through a PyTorch decomposition."""
+    _register()
     from . import dispatch
 
     return dispatch.decomposition_stats()
@@ -187,6 +157,7 @@ def decomposition_stats() -> dict:
 
 def set_fallback_policy(policy: str) -> str:
     """'warn' (default), 'silent' or 'error'; returns the previous policy."""
+    _register()
     from . import dispatch
 
     return dispatch.set_fallback_policy(policy)
@@ -211,12 +182,14 @@ def set_eager_mode(mode: str) -> str:
     """'op' (default: each eager op runs when called) or 'fused' (ops are recorded and
     run as one cached program when a value is needed; docs/eager.md); returns the
     previous mode (``TORCHNEURON_EAGER``)."""
+    _register()
     from . import storage
 
     return storage.lazy.set_mode(mode)
 
 
 def get_eager_mode() -> str:
+    _register()
     from . import storage
 
     return storage.lazy.mode()
@@ -224,20 +197,23 @@ def get_eager_mode() -> str:
 
 def eager_mode(mode: str):
     """Context manager: ``with torchneuron.eager_mode("fused"): ...``"""
+    _register()
     from . import storage
 
     return storage.lazy.eager_mode(mode)
 
 
 def reset_fallback_stats() -> None:
+    _register()
     from . import dispatch
 
     dispatch.reset_fallback_stats()
 
 
 def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: called by ``import torch``."""
-    _register()
+    """The ``torch.backends`` entry point of earlier installs (now
+    ``_torchneuron_autoload:main``): registers, light."""
+    _register_device()
 
 
-_register()
+_register_device()  # import torchneuron: the device exists (light; loads at first use)

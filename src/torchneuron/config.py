@@ -18,15 +18,23 @@ from dataclasses import dataclass
 class Knob:
     name: str
     default: str | None
-    kind: str  # "str" | "int" | "float" | "bool" | "choice" | "path"
+    kind: str  # "str" | "int" | "float" | "bool" | "choice" | "path" | "bytes"
     doc: str
     choices: tuple = ()
     internal: bool = False  # set by torchneuron's own tools, not by users
 
 
 _OFF = ("0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on", "")
 
 KNOBS = {k.name: k for k in [
+    Knob("TORCHNEURON_AUTOLOAD", "auto", "choice",
+         "`auto` (default): `import torch` registers the `neuron` device (light: jax loads at "
+         "the device's first use) unless another accelerator (CUDA, ROCm, XPU, MPS) is "
+         "available to torch, which a registered device would displace as "
+         "`torch.accelerator`; `1`: always; `0`: never (`import torchneuron` still "
+         "registers). `TORCH_DEVICE_BACKEND_AUTOLOAD=0` turns off every backend's autoload.",
+         choices=("auto", "1", "0", "on", "off", "true", "false", "yes", "no")),
     Knob("TORCHNEURON_PLATFORM", "", "str",
          "PJRT platform behind `neuron` (`cpu`, `cuda`, ...). Default: a GPU platform if jax "
          "has one, else `cpu`. `neuron:N` is that platform's device N."),
@@ -43,7 +51,7 @@ KNOBS = {k.name: k for k in [
          "`warn` (default: warn once per op), `silent`, or `error` (raise instead of running "
          "an op on the CPU). `torchneuron.fallback_policy(\"error\")` does the same in a "
          "`with` block.", choices=("warn", "silent", "error")),
-    Knob("TORCHNEURON_MEMORY_LIMIT", None, "str",
+    Knob("TORCHNEURON_MEMORY_LIMIT", None, "bytes",
          "cap on device bytes held by tensors (`512MiB`, `2GiB`, ...); past it, allocations "
          "raise `torch.OutOfMemoryError`. Also `torch.neuron.set_per_process_memory_fraction` "
          "/ `torch.neuron.set_memory_limit`."),
@@ -91,7 +99,7 @@ KNOBS = {k.name: k for k in [
     Knob("TORCHNEURON_COMPILE_CACHE_MIN_SECS", "0", "float",
          "only executables that took at least this long to compile are written to the "
          "persistent cache (default 0: all)."),
-    Knob("TORCHNEURON_COMPILE_CACHE_MAX_SIZE", "2GiB", "str",
+    Knob("TORCHNEURON_COMPILE_CACHE_MAX_SIZE", "2GiB", "bytes",
          "size cap of the persistent XLA cache (`512MiB`, `2GiB`, ...; default 2GiB): when "
          "a process first uses the device, the oldest-written executables past it are "
          "deleted; `-1` for no cap."),
@@ -108,6 +116,14 @@ KNOBS = {k.name: k for k in [
          internal=True),
     Knob("TORCHNEURON_CONFORMANCE_SNAPSHOT", None, "str",
          "set by `torchneuron conformance --snapshot`: the commit being swept.", internal=True),
+    Knob("TORCHNEURON_TEST_WORKERS", "2", "int",
+         "the project's test scripts: pytest worker processes (0: in-process).", internal=True),
+    Knob("TORCHNEURON_SKIP_GATE", None, "str",
+         "the project's test suite: `1` skips the conformance and model-scan gates.",
+         internal=True),
+    Knob("TORCHNEURON_SKIP_SLOW", None, "str",
+         "the project's test suite: `1` skips tests that spawn worker processes.",
+         internal=True),
 ]}
 
 
@@ -118,28 +134,77 @@ def raw(name: str) -> str | None:
     return os.environ.get(name)
 
 
+_FORMS = {
+    "int": "an integer (e.g. 8192)",
+    "float": "a number (e.g. 0.5)",
+    "bool": "1/0, true/false, yes/no or on/off",
+    "bytes": "a size such as 512MiB, 2GiB, 1.5g or a byte count (-1: no cap)",
+}
+
+
+def _parse(knob: Knob, text: str):
+    """`text` parsed as `knob`'s kind; ValueError naming the variable, the value and the
+    accepted forms."""
+    t = text.strip()
+    try:
+        if knob.kind == "int":
+            return int(t)
+        if knob.kind == "float":
+            return float(t)
+        if knob.kind == "bool":
+            v = t.lower()
+            if v in _OFF:
+                return False
+            if v in _ON:
+                return True
+            raise ValueError
+        if knob.kind == "bytes":
+            parse_bytes(t)
+            return t
+        if knob.kind == "choice":
+            v = t.lower()
+            if v not in knob.choices:
+                raise ValueError
+            return v
+    except ValueError:
+        forms = (_FORMS[knob.kind] if knob.kind in _FORMS
+                 else "one of " + ", ".join(repr(c) for c in knob.choices))
+        raise ValueError(f"{knob.name}={text!r} is not valid: expected {forms}") from None
+    return text
+
+
 def get(name: str):
-    """A knob's value, parsed: the environment's, else the default."""
+    """A knob's value, parsed: the environment's, else the default.  A malformed value
+    raises ValueError naming the variable, the value and the accepted forms."""
     knob = KNOBS[name]
     text = os.environ.get(name)
     if text is None:
         text = knob.default
     if text is None:
         return None
-    if knob.kind == "int":
-        return int(text)
-    if knob.kind == "float":
-        return float(text)
-    if knob.kind == "bool":
-        return text.strip().lower() not in _OFF
-    if knob.kind == "choice":
-        v = text.strip().lower()
-        if v not in knob.choices:
-            warnings.warn(f"{name}={text!r} is not one of {knob.choices}; using "
-                          f"{knob.default!r}", stacklevel=2)
-            return knob.default
-        return v
-    return text
+    return _parse(knob, text)
+
+
+def problems() -> list:
+    """Every malformed ``TORCHNEURON_*`` value and unknown ``TORCHNEURON_*`` name in the
+    environment, as messages (checked once, when ``import torch`` registers the device;
+    a bad value also raises where it is used)."""
+    out = []
+    for name, text in sorted(os.environ.items()):
+        if not name.startswith("TORCHNEURON_"):
+            continue
+        knob = KNOBS.get(name)
+        if knob is None:
+            close = [k for k in KNOBS if k[12:15] == name[12:15]]
+            out.append(f"{name} is not a torchneuron setting (ignored)"
+                       + (f"; did you mean {', '.join(close)}?" if close else
+                          "; `torchneuron config` lists them"))
+            continue
+        try:
+            _parse(knob, text)
+        except ValueError as e:
+            out.append(f"torchneuron: {e}")
+    return out
 
 
 def parse_bytes(text: str) -> int:
@@ -150,7 +215,10 @@ def parse_bytes(text: str) -> int:
              "g": 1 << 30, "b": 1}
     for u, mul in units.items():
         if t.endswith(u):
-            return int(float(t[: -len(u)]) * mul)
+            n = float(t[: -len(u)])
+            if n < 0 or n != n:
+                raise ValueError(f"not a size: {text!r}")
+            return int(n * mul)
     return int(t)
 
 

@@ -218,11 +218,9 @@ def run_on_cpu(op, args, kwargs):
     return back(result)
 
 
-_fallback_lib = None
-
-
 def install():
-    global _fallback_lib
-    if _fallback_lib is None:
-        _fallback_lib = torch.library.Library("_", "IMPL")
-        _fallback_lib.fallback(_boxed_fallback, "PrivateUse1")
+    """The PrivateUse1 fallback is registered once, light, by torchneuron/boot.py (its
+    first call loads the device); from now on it hands ops here."""
+    from .. import boot
+
+    boot.set_fallback(_boxed_fallback)

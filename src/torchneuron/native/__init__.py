@@ -36,7 +36,10 @@ _error: str | None = None  # why the native hooks are not in use
 
 
 def enabled() -> bool:
-    return config.get("TORCHNEURON_NATIVE")
+    try:
+        return config.get("TORCHNEURON_NATIVE")
+    except ValueError:  # warned about once at import torch (config.problems)
+        return True
 
 
 def cache_dir() -> Path:
@@ -72,7 +75,12 @@ def _tag(cxx: str) -> str:
     h = hashlib.sha256()
     h.update(_SRC.read_bytes())
     h.update(_std().encode())  # a build with other flags is another library
-    h.update(f"{torch.__version__}|{torch.version.git_version}|{torch.__file__}|{cxx}|"
+    try:  # a compiler upgraded in place is another compiler: a failed build is retried
+        st = os.stat(cxx)
+        cxx_id = f"{cxx}|{st.st_size}|{st.st_mtime_ns}"
+    except OSError:
+        cxx_id = cxx
+    h.update(f"{torch.__version__}|{torch.version.git_version}|{torch.__file__}|{cxx_id}|"
              f"{sys.platform}".encode())
     return h.hexdigest()[:16]
 
@@ -155,6 +163,33 @@ def register_hooks(is_available) -> bool:
     lib.tn_storage_set.restype = ctypes.c_int
     _lib, _available_cb = lib, cb
     return True
+
+
+_warned = False
+
+
+def warn_fallback() -> None:
+    """Once per process: say that pinned memory runs without the native hooks, and why
+    (nothing when the user turned them off with TORCHNEURON_NATIVE=0)."""
+    global _warned
+    if _warned or not enabled():
+        return
+    _warned = True
+    import warnings
+
+    warnings.warn(
+        f"torchneuron: the native hooks library is not in use ({_error}); pinned host "
+        "memory runs through Python kernels, and factories' pin_memory=True raises "
+        "(docs/limitations.md). TORCHNEURON_NATIVE=0 silences this.", stacklevel=3)
+
+
+def state() -> str:
+    """One line for ``torchneuron info``: the hooks library in use, or why not."""
+    if _lib is not None:
+        return f"native (built {_lib._name})"
+    if not enabled():
+        return "python (TORCHNEURON_NATIVE=0)"
+    return f"python ({_error})" if _error else "not registered yet"
 
 
 def active() -> bool:

@@ -1,0 +1,250 @@
+"""What installing torchneuron changes for programs, and what it must not.
+
+Every test runs fresh processes (``import torch`` is what is measured) and compares
+with the same program under ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (torch as if
+torchneuron were not installed) or with the CPU.  Import time and memory are
+measured in bench/import_cost.py, not here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE = {k: v for k, v in os.environ.items() if not k.startswith("TORCHNEURON_")}
+BASE["TORCHNEURON_COMPILE_CACHE_DIR"] = "off"
+OFF = dict(BASE, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+
+
+def _run(code, env=None, ok=True):
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, env=env or BASE, timeout=300, cwd=ROOT)
+    if ok:
+        assert r.returncode == 0, r.stderr[-4000:]
+    return r
+
+
+def _json(code, env=None):
+    r = _run(code, env)
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+# ---------------------------------------------------------------- 1. autoload is light
+def test_import_torch_registers_without_loading_jax():
+    got, err = _json("""
+        import json, sys, torch
+        mods = lambda: sorted(m for m in ("jax", "jaxlib", "torchneuron.dispatch",
+                                          "torchneuron.runtime", "torchneuron.ops")
+                              if m in sys.modules)
+        out = {"registered": torch._C._get_privateuse1_backend_name(),
+               "after_import": mods(), "available": torch.neuron.is_available()}
+        torch.manual_seed(1)  # calls torch.neuron.manual_seed_all / _is_in_bad_fork
+        x = torch.randn(4, 4) @ torch.randn(4, 4)
+        out["after_cpu_work"] = mods()
+        out["accelerator"] = str(torch.accelerator.current_accelerator())
+        y = torch.ones(3, device="neuron") * 2
+        out["after_first_use"] = mods()
+        out["value"] = y.cpu().tolist()
+        print(json.dumps(out))
+    """)
+    assert got["registered"] == "neuron"
+    assert got["after_import"] == [] and got["after_cpu_work"] == []
+    assert got["available"] is True and got["accelerator"] == "neuron"
+    assert "jax" in got["after_first_use"] and "torchneuron.dispatch" in got["after_first_use"]
+    assert got["value"] == [2.0, 2.0, 2.0]
+    assert err == ""
+
+
+FIRST_USES = {
+    "factory": "t = torch.arange(5, device='neuron'); r = (t * t).cpu().tolist()",
+    "to": "t = torch.arange(5).to('neuron'); r = (t + 1).cpu().tolist()",
+    "tensor_method": "t = torch.arange(5).neuron(); r = t.sum().item()",
+    "module_attr": "r = torch.neuron.device_count()",
+    "untyped_storage": "s = torch.UntypedStorage(8, device='neuron'); r = [s.nbytes(), "
+                       "s.device.type]",
+    "compile": "f = torch.compile(lambda a: a * 3 + 1, backend='neuron'); "
+               "r = f(torch.arange(4.0)).tolist()",
+    "manual_seed_then_rand": "torch.manual_seed(7); r = torch.rand(3, device='neuron')"
+                             ".cpu().tolist()",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_USES))
+def test_every_first_use_loads_the_device(name):
+    """Each way a program first meets the device loads it, and the result is what an
+    explicitly loaded device gives."""
+    code = """
+        import json, sys, torch
+        {pre}
+        {use}
+        print(json.dumps({{"r": r, "jax": "jax" in sys.modules}}))
+    """
+    lazy, _ = _json(code.format(pre="", use=FIRST_USES[name]))
+    eager, _ = _json(code.format(pre="import torchneuron; torchneuron._register()",
+                                 use=FIRST_USES[name]))
+    assert lazy == eager
+    assert lazy["jax"] is True
+
+
+# ---------------------------------------------------------------- 2. nothing process-wide
+JAX_PROGRAM = """
+    import json, torch, jax, jax.numpy as jnp
+    f = jax.jit(lambda a: a * 2)
+    f(jnp.arange(3))
+    torch.manual_seed(0); torch.randn(3).sum()
+    print(json.dumps({
+        "arange": str(jnp.arange(3).dtype), "float": str(jnp.array(1.0).dtype),
+        "x64": bool(jax.config.jax_enable_x64),
+        "cache_dir": jax.config.jax_compilation_cache_dir,
+        "jit_cache": f._cache_size(), "backends": sorted(jax.config.values.get(
+            "jax_platforms") or []),
+    }))
+"""
+
+
+def test_a_jax_program_beside_torch_is_untouched():
+    with_tn, _ = _json(JAX_PROGRAM)
+    without, _ = _json(JAX_PROGRAM, env=OFF)
+    assert with_tn == without
+    assert with_tn["arange"] == "int32" and with_tn["float"] == "float32"
+    assert with_tn["x64"] is False and with_tn["jit_cache"] == 1
+
+
+def test_torch_programs_behave_as_without_the_package():
+    code = """
+        import json, torch, torch.distributed as dist
+        out = {"map": {k: str(v) for k, v in
+                       dist.Backend.default_device_backend_map.items()},
+               "pin": None, "autocast": str(torch.get_autocast_dtype("cpu"))}
+        try:
+            out["pin"] = torch.ones(2).pin_memory().is_pinned()
+        except RuntimeError as e:
+            out["pin"] = "error"
+        out["sum"] = float(torch.arange(10.0).sum())
+        print(json.dumps(out))
+    """
+    with_tn, _ = _json(code)
+    without, _ = _json(code, env=OFF)
+    assert with_tn["map"] == without["map"]  # the neuron c10d backend joins at first use
+    assert with_tn["sum"] == without["sum"] and with_tn["autocast"] == without["autocast"]
+    # pinning: without an accelerator torch cannot pin; the registered device pins
+    assert without["pin"] == "error" and with_tn["pin"] is True
+
+
+# ---------------------------------------------------------------- 3. another accelerator
+SIMULATE = """
+    import json, os, sys, importlib.util
+    import torch
+    {patch}
+    torch._import_device_backends()  # the autoload, as import torch runs it
+    out = {{"backend": torch._C._get_privateuse1_backend_name(),
+           "neuron_module": hasattr(torch, "neuron"),
+           "torchneuron": "torchneuron" in sys.modules,
+           "shim": importlib.util.find_spec("torch_neuronx") is not None,
+           "accelerator": str(torch.accelerator.current_accelerator())}}
+    from transformers.utils.import_utils import is_torch_neuron_available
+    out["hf"] = is_torch_neuron_available()
+    {after}
+    print(json.dumps(out))
+"""
+# what can be forced without a GPU: torch believes a CUDA build sees one GPU through NVML
+FAKE_CUDA = ("torch.backends.cuda.is_built = lambda: True; "
+             "torch.cuda._device_count_nvml = lambda: 1")
+
+
+def test_a_gpu_host_keeps_its_accelerator():
+    got, _ = _json(SIMULATE.format(patch=FAKE_CUDA, after=""), env=OFF)
+    assert got == {"backend": "privateuseone", "neuron_module": False, "torchneuron": False,
+                   "shim": False, "accelerator": "None", "hf": False}
+
+
+def test_a_gpu_host_opts_in_by_import_or_environment():
+    after = ("import torchneuron; out['opted_in'] = [torch._C._get_privateuse1_backend_name(), "
+             "(torch.arange(3, device='neuron') + 1).cpu().tolist()]")
+    got, _ = _json(SIMULATE.format(patch=FAKE_CUDA, after=after), env=OFF)
+    assert got["backend"] == "privateuseone" and got["opted_in"] == ["neuron", [1, 2, 3]]
+    env = dict(OFF, TORCHNEURON_AUTOLOAD="1")
+    got, _ = _json(SIMULATE.format(patch=FAKE_CUDA, after=""), env=env)
+    assert got["backend"] == "neuron" and got["hf"] is True
+
+
+@pytest.mark.parametrize("value,gpu,registers", [
+    ("auto", False, True), ("auto", True, False), ("", True, False),
+    ("1", True, True), ("on", True, True), ("0", False, False), ("off", False, False),
+])
+def test_autoload_decision(value, gpu, registers):
+    env = dict(OFF, TORCHNEURON_AUTOLOAD=value)
+    got, _ = _json(SIMULATE.format(patch=FAKE_CUDA if gpu else "", after=""), env=env)
+    assert (got["backend"] == "neuron") is registers
+    assert got["torchneuron"] is registers  # a declined autoload imports nothing of ours
+
+
+# ---------------------------------------------------------------- 4. nothing breaks import torch
+def test_a_malformed_setting_is_a_warning_at_import_and_an_error_at_use():
+    env = dict(BASE, TORCHNEURON_EXECUTABLE_CACHE="lots", TORCHNEURON_EXECUTABLE_CACHES="1")
+    r = _run("import torch; print(torch.arange(3).sum().item())", env=env)
+    assert r.stdout.strip() == "3"
+    assert "TORCHNEURON_EXECUTABLE_CACHE='lots' is not valid: expected an integer" in r.stderr
+    assert ("TORCHNEURON_EXECUTABLE_CACHES is not a torchneuron setting (ignored); did you "
+            "mean") in r.stderr
+    r = _run("import torch; torch.ones(2, device='neuron') + 1", env=env, ok=False)
+    assert r.returncode != 0
+    assert "ValueError: TORCHNEURON_EXECUTABLE_CACHE='lots' is not valid" in r.stderr
+
+
+@pytest.mark.parametrize("name,value", [
+    ("TORCHNEURON_AUTOLOAD", "maybe"), ("TORCHNEURON_NATIVE", "perhaps"),
+    ("TORCHNEURON_MEMORY_LIMIT", "lots"), ("TORCHNEURON_FALLBACK", "loud"),
+    ("TORCHNEURON_MAPS_FRACTION", "half"), ("TORCHNEURON_COMPILE_CACHE_MAX_SIZE", "big"),
+])
+def test_no_setting_can_fail_import_torch(name, value):
+    r = _run("import torch; print(torch.ones(2).sum().item())", env=dict(BASE, **{name: value}))
+    assert r.stdout.strip() == "2.0"
+    assert f"{name}={value!r}" in r.stderr  # named, with the bad value
+
+
+def test_a_failure_inside_the_autoload_is_a_warning():
+    r = _run("""
+        import warnings, torch
+        torch.utils.rename_privateuse1_backend("other")  # PrivateUse1 taken: cannot register
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            torch._import_device_backends()
+        print([str(x.message) for x in w])
+    """, env=OFF)
+    assert "the neuron device was not registered at import torch" in r.stdout
+    assert "already registered as 'other'" in r.stdout
+
+
+def test_config_parsing_names_the_variable(monkeypatch):
+    from torchneuron import config
+
+    monkeypatch.setenv("TORCHNEURON_FUSE_MAX_OPS", "many")
+    with pytest.raises(ValueError, match=r"TORCHNEURON_FUSE_MAX_OPS='many' is not valid: "
+                                         r"expected an integer"):
+        config.get("TORCHNEURON_FUSE_MAX_OPS")
+    monkeypatch.setenv("TORCHNEURON_EAGER", "lazy")
+    with pytest.raises(ValueError, match=r"expected one of 'op', 'fused'"):
+        config.get("TORCHNEURON_EAGER")
+    assert any("TORCHNEURON_EAGER='lazy'" in p for p in config.problems())
+    monkeypatch.setenv("TORCHNEURON_EAGER", "FUSED")
+    assert config.get("TORCHNEURON_EAGER") == "fused"
+
+
+# ---------------------------------------------------------------- 5. the torch_neuronx name
+def test_no_file_of_torchneuron_is_named_torch_neuronx():
+    import importlib.metadata as md
+
+    files = md.distribution("torchneuron").files or []
+    assert not [f for f in files if str(f).startswith("torch_neuronx")]
+    got, _ = _json("""
+        import json, torch, torch_neuronx
+        print(json.dumps({"ours": torch_neuronx.TORCHNEURON, "file": getattr(
+            torch_neuronx, "__file__", None)}))
+    """)
+    assert got == {"ours": True, "file": None}
