@@ -17,6 +17,15 @@ written stably (an object printed by address), or that call back into Python (ho
 callbacks) or hold constants, are not stored: they compile as before.  An executable
 jax's own cache served (an entry of another code version) is compiled once more, past
 jax's cache, to be stored (see :func:`jax_cache_hits`).
+
+A hit unpickles what the entry holds, so nothing is read that another user could have
+written: the folder must be ours and private (:func:`torchneuron.persist.private_dir`
+makes it mode 0o700; a folder of another user, or one others can write that cannot be
+tightened, turns the store off with a warning), and every entry carries an HMAC-SHA256
+tag under a per-user key (:mod:`torchneuron.persist`).  An entry whose tag does not
+match, that is not ours or that others can write is a miss (counted in
+``STATS.rejected``), never unpickled; the executable is compiled and the entry written
+again.
 """
 from __future__ import annotations
 
@@ -24,11 +33,12 @@ import contextlib
 import hashlib
 import os
 import pickle
+import warnings
 import weakref
 
 import jax
 
-from .. import runtime
+from .. import persist, runtime
 
 PREFIX = "tn-eager-"
 SUFFIX = "-cache"
@@ -40,17 +50,40 @@ class _Stats:
     unstorable = 0  # executables that compiled but could not be stored
     jax_served = 0  # executables jax's persistent cache served (compiled again to store)
     discarded = 0   # entries that loaded but did not run (removed, built again)
+    rejected = 0    # entries present that failed verification (a miss, never unpickled)
 
 
 STATS = _Stats()
 _version = None
 _loaded = weakref.WeakSet()  # executables whose fn is a loaded/compiled jax executable
 _hooked = False
+_private: dict = {}  # persistent cache folder -> (its path, HMAC key) or None (refused)
 
 
 def folder():
-    """The store's folder (the persistent cache's), or None when it is off."""
-    return runtime.persistent_cache()
+    """The store's folder (the persistent cache's, made private), or None when it is
+    off."""
+    d = runtime.persistent_cache()
+    if d is None:
+        return None
+    got = _private.get(d, False)
+    if got is False:
+        got = _private[d] = _make_private(d)
+    return got[0] if got is not None else None
+
+
+def _make_private(d):
+    """(folder, key) of the store in the cache folder `d`, or None (with a warning) where
+    `d` cannot be made private or the per-user key cannot be had."""
+    try:
+        return persist.private_dir(d), persist.secret()
+    except OSError as e:  # PermissionError included
+        warnings.warn(f"torchneuron: the eager executable store is off: {e}", stacklevel=3)
+        return None
+
+
+def _key():
+    return _private[runtime.persistent_cache()][1]
 
 
 def code_version() -> str:
@@ -122,11 +155,15 @@ def _path(key):
 
 
 def load(key, device):
-    """(compiled executable, warnings) stored under `key`, or None."""
-    try:
-        with open(_path(key), "rb") as f:
-            blob = f.read()
-    except OSError:
+    """(compiled executable, warnings) stored under `key`, or None (a missing entry,
+    or one that fails verification: persist.verified_read)."""
+    if folder() is None:
+        return None
+    path = _path(key)
+    blob = persist.verified_read(path, _key())
+    if blob is None:
+        if os.path.lexists(path):
+            STATS.rejected += 1
         return None
     try:
         from jax.experimental import serialize_executable
@@ -134,7 +171,7 @@ def load(key, device):
         payload, in_tree, out_tree, warn = pickle.loads(blob)
         compiled = serialize_executable.deserialize_and_load(
             payload, in_tree, out_tree, backend=device.client, execution_devices=[device])
-    except Exception:  # noqa: BLE001  a torn or foreign entry: compile instead
+    except Exception:  # noqa: BLE001  an entry of another jax: compile instead
         return None
     STATS.loads += 1
     # a loaded executable maps memory like a compiled one: count it for the release check
@@ -153,7 +190,10 @@ def discard(key) -> None:
 
 
 def save(key, compiled, warn) -> bool:
-    """Write `compiled` (and its trace's warnings) under `key`; False when it cannot be."""
+    """Write `compiled` (and its trace's warnings) under `key`, signed
+    (persist.verified_write); False when it cannot be."""
+    if folder() is None:
+        return False
     try:
         call = compiled._executable.unsafe_call
         if getattr(call, "has_host_callbacks", True) or \
@@ -166,7 +206,7 @@ def save(key, compiled, warn) -> bool:
     except Exception:  # noqa: BLE001  not serializable: it stays in memory only
         STATS.unstorable += 1
         return False
-    if not runtime.write_whole(_path(key), blob):  # a concurrent reader never sees half
+    if not persist.verified_write(_path(key), _key(), blob):  # written whole, mode 0o600
         return False
     STATS.writes += 1
     return True

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 
-from .. import config
+from .. import config, persist
 from .conformance import repo_root
 
 ROOT = repo_root()
@@ -139,11 +139,14 @@ def scan_env():
     env = dict(os.environ, TRANSFORMERS_VERBOSITY="error", HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore",
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    # the executables of one model's ops are the next one's (same tiny shapes): share them
+    # the executables of one model's ops are the next one's (same tiny shapes): share them,
+    # in a folder of this user's only (persist.private_dir: jax loads and runs what it
+    # holds, so never a shared or predictable one such as $TMPDIR/...)
     cache = config.get("TORCHNEURON_SCAN_XLA_CACHE") or os.path.join(
-        tempfile.gettempdir(), "torchneuron-scan-xla")
+        config.cache_root(), "scan-xla")
     if cache != "off":
-        env.setdefault("JAX_COMPILATION_CACHE_DIR", cache)
+        if "JAX_COMPILATION_CACHE_DIR" not in env:
+            env["JAX_COMPILATION_CACHE_DIR"] = persist.private_dir(cache)
         env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
     return env
