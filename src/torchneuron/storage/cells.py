@@ -1,17 +1,19 @@
 """Device memory: cells, fake addresses, accounting, and the tensors over them.
 
 A neuron tensor is a real PrivateUse1 ``torch.Tensor`` whose storage was made by
-``torch._C._construct_storage_from_data_pointer`` at a fake, never reused
-address.  The storage's Python object carries a :class:`Cell`: one flat jax
-array on the PJRT device, holding the storage's bytes as elements of the
-cell's dtype.  Every view of the storage shares the cell, so a write through
+``torch._C._construct_storage_from_data_pointer`` at a fake address (in a window
+no real mapping can meet, reused only after its storage is gone: see "addresses"
+below).  The storage's Python object carries a :class:`Cell`: one flat jax array on
+the PJRT device, holding the storage's bytes as elements of the cell's dtype.  Every view of the storage shares the cell, so a write through
 any view (which replaces ``cell.arr``) is seen by all of them.
 
 How a view reads and writes its cell is ``views``; host transfer is ``transfer``.
 """
 from __future__ import annotations
 
+import collections
 import math
+import sys
 import threading
 import weakref
 
@@ -30,19 +32,238 @@ _create_empty = torch._C._acc.create_empty_tensor
 _construct_storage = torch._C._construct_storage_from_data_pointer
 
 # ---------------------------------------------------------------- addresses
-# Fake device addresses: a bump pointer in a range no host allocation uses.
-# Never reused, so data_ptr() identity means storage identity.
+# Fake device addresses.  A storage's data pointer is an address of a window of this
+# process's address space that no real mapping can ever occupy:
+#
+# * On Linux (the usual case) the window is *reserved*: an anonymous PROT_NONE,
+#   MAP_NORESERVE mapping of 4 TiB (smaller where the address space is smaller: 1 TiB,
+#   256 GiB, 64 GiB), made once and never unmapped.  The kernel never places another
+#   mapping over an existing one (only a MAP_FIXED call aimed at it could, which would
+#   break any program), so no host allocation, file mapping, thread stack or library can
+#   ever meet a fake address, however long the process runs; a stray host read of one
+#   faults at once instead of reading someone's memory.  The reservation costs no memory
+#   and no commit charge (nothing in it is readable or writable), one line in
+#   /proc/self/maps.
+# * Elsewhere, or where RLIMIT_AS is finite (a reservation would count against it), the
+#   window is a fixed 1 TiB range, the first of _FALLBACK_BASES that /proc/self/maps
+#   shows unmapped at start-up (the old base 0x7E00_0000_0000 first, 2 TiB below the top
+#   of x86-64's 47-bit user space).  That is checked, not proven: a later mapping could in
+#   principle be placed there.
+#
+# Addresses are handed out inside the window and reused once their storage is gone (its
+# Cell released): two live storages never share an address, so comparing data_ptr()s
+# of live storages still compares storages, and any amount can be allocated over a
+# process's life.  Live storages that together fill the window raise
+# torch.OutOfMemoryError.  Each allocation takes (nbytes // 512 + 2) * 512 bytes of the
+# window, 512-aligned: at least 512 bytes of guard after its end, so one storage's
+# one-past-the-end pointer is never another's start, and zero-byte storages get distinct
+# addresses too.
 _ADDR_ALIGN = 512
-_addr_lock = threading.Lock()
-_next_addr = 0x7E00_0000_0000
+_WINDOW_SIZES = (4 << 40, 1 << 40, 256 << 30, 64 << 30)
+_FALLBACK_SIZE = 1 << 40
+_FALLBACK_BASES = (0x7E00_0000_0000, 0x7C00_0000_0000, 0x6000_0000_0000, 0x1000_0000_0000)
+_released = collections.deque()  # addresses of released cells, reused at the next alloc
+
+
+def _span(nbytes: int) -> int:
+    """The window bytes an allocation of `nbytes` takes (its guard included)."""
+    return (nbytes // _ADDR_ALIGN + 2) * _ADDR_ALIGN
+
+
+class AddressWindow:
+    """Fake addresses in [base, base + size): exact-size reuse of released ranges (the
+    common case: the same shapes again), else a bump pointer; when that reaches the end,
+    released ranges are merged and the smallest that fits is split.  `release` only
+    queues the address (it runs in Cell.__del__, which the garbage collector may call
+    inside `alloc`): the queue is drained under the lock at the next `alloc`."""
+
+    def __init__(self, base: int, size: int, reserved: bool = False, released=None):
+        if base % _ADDR_ALIGN or size < 4 * _ADDR_ALIGN:
+            raise ValueError("torchneuron: a fake address window must be 512-aligned")
+        self.base = base
+        self.end = base + size - size % _ADDR_ALIGN
+        self.reserved = reserved
+        self.scratch = base  # zero-byte storages no cell owns (shells, swaps): one address
+        self.next = base + 2 * _ADDR_ALIGN
+        self.spans: dict = {}  # live address -> its span
+        self.free: dict = {}   # span -> [released addresses of that span]
+        self.free_bytes = 0
+        self.merged = True     # nothing released since the last merge
+        self.lock = threading.Lock()
+        self.released = collections.deque() if released is None else released
+
+    @property
+    def size(self) -> int:
+        return self.end - self.base
+
+    def live_bytes(self) -> int:
+        """Window bytes held by live allocations (guards included)."""
+        return self.next - self.base - 2 * _ADDR_ALIGN - self.free_bytes - sum(
+            self.spans.get(a, 0) for a in self.released)
+
+    def alloc(self, nbytes: int) -> int:
+        span = (nbytes // _ADDR_ALIGN + 2) * _ADDR_ALIGN
+        with self.lock:
+            if self.released:
+                self._drain()
+            lst = self.free.get(span)
+            if lst:
+                a = lst.pop()
+                if not lst:
+                    del self.free[span]
+                self.free_bytes -= span
+            else:
+                a = self.next
+                if a + span <= self.end:
+                    self.next = a + span
+                else:
+                    a = self._fit(span, nbytes)
+            self.spans[a] = span
+        return a
+
+    def release(self, addr: int) -> None:
+        self.released.append(addr)
+
+    def _drain(self) -> None:
+        spans, free, pop = self.spans, self.free, self.released.popleft
+        while self.released:
+            a = pop()
+            span = spans.pop(a, None)
+            if span is None:  # not ours (or released twice)
+                continue
+            lst = free.get(span)
+            if lst is None:
+                free[span] = [a]
+            else:
+                lst.append(a)
+            self.free_bytes += span
+            self.merged = False
+
+    def _merge(self) -> None:
+        """Merge adjacent released ranges; a range reaching the bump pointer returns to it."""
+        ranges = sorted((a, s) for s, lst in self.free.items() for a in lst)
+        merged: list = []
+        for a, s in ranges:
+            if merged and merged[-1][0] + merged[-1][1] == a:
+                merged[-1][1] += s
+            else:
+                merged.append([a, s])
+        if merged and merged[-1][0] + merged[-1][1] == self.next:
+            self.next = merged.pop()[0]
+        self.free = {}
+        for a, s in merged:
+            self.free.setdefault(s, []).append(a)
+        self.free_bytes = sum(s for _, s in merged)
+        self.merged = True
+
+    def _fit(self, span: int, nbytes: int) -> int:
+        if not self.merged:
+            self._merge()
+            a = self.next
+            if a + span <= self.end:
+                self.next = a + span
+                return a
+        best = None
+        for s, lst in self.free.items():
+            if s >= span and (best is None or s < best):
+                best = s
+        if best is None:
+            raise torch.OutOfMemoryError(
+                f"NEURON out of fake address space: tried to allocate {fmt_bytes(nbytes)}, "
+                f"but live storages hold {fmt_bytes(self.live_bytes())} of the "
+                f"{fmt_bytes(self.size)} address window at {self.base:#x} (each storage "
+                f"takes its size plus a guard of 512 to 1024 bytes; the largest free range "
+                f"is {fmt_bytes(max(self.free, default=0))}). Free tensors that are no "
+                f"longer needed.")
+        lst = self.free[best]
+        a = lst.pop()
+        if not lst:
+            del self.free[best]
+        self.free_bytes -= best
+        rest = best - span
+        if rest:
+            self.free.setdefault(rest, []).append(a + span)
+            self.free_bytes += rest
+        return a
+
+
+def _reserve(size: int):
+    """The start of a fresh PROT_NONE reservation of `size` bytes, or None."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        import mmap
+        import resource
+
+        if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+            return None
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.mmap
+        fn.restype = ctypes.c_void_p
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
+        p = fn(None, size, 0, flags, -1, 0)  # PROT_NONE
+    except Exception:  # noqa: BLE001  no libc mmap: the fixed window
+        return None
+    if not p or p == ctypes.c_void_p(-1).value or p % _ADDR_ALIGN:
+        return None
+    return p
+
+
+def _mapped_ranges():
+    """[(start, end)] of this process's mappings (/proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            out = []
+            for line in f:
+                lo, hi = line.split(None, 1)[0].split("-")
+                out.append((int(lo, 16), int(hi, 16)))
+            return out
+    except (OSError, ValueError):
+        return None
+
+
+def _open_window() -> AddressWindow:
+    for size in _WINDOW_SIZES:
+        base = _reserve(size)
+        if base is not None:
+            return AddressWindow(base, size, reserved=True, released=_released)
+        if not sys.platform.startswith("linux"):
+            break
+    maps = _mapped_ranges() or []
+    for base in _FALLBACK_BASES:
+        if not any(lo < base + _FALLBACK_SIZE and base < hi for lo, hi in maps):
+            return AddressWindow(base, _FALLBACK_SIZE, released=_released)
+    raise RuntimeError("torchneuron: no free range of the address space for fake device "
+                       "addresses")
+
+
+_window = None
+_window_lock = threading.Lock()
+
+
+def address_window() -> AddressWindow:
+    """The process's fake address window (opened at the first allocation)."""
+    global _window
+    if _window is None:
+        with _window_lock:
+            if _window is None:
+                _window = _open_window()
+    return _window
 
 
 def _alloc_addr(nbytes: int) -> int:
-    global _next_addr
-    with _addr_lock:
-        a = _next_addr
-        _next_addr = a + (nbytes // _ADDR_ALIGN + 2) * _ADDR_ALIGN
-    return a
+    """A fake address for a storage of `nbytes` bytes, distinct from every live one."""
+    return (_window or address_window()).alloc(nbytes)
+
+
+def _scratch_addr() -> int:
+    """The address of zero-byte storages no cell owns (never looked up, never released)."""
+    return address_window().scratch
 
 
 # ---------------------------------------------------------------- accounting
@@ -147,6 +368,10 @@ class Cell:
         s.total_frees += 1
         if self.addr is not None:
             _by_addr.pop(self.addr, None)
+            try:
+                _released.append(self.addr)  # reusable from the next allocation on
+            except AttributeError:  # interpreter shutdown
+                pass
 
 
 # ---------------------------------------------------------------- fused eager
@@ -380,7 +605,7 @@ def _dlpack_template(index: int) -> torch.Tensor:
     shape = (ctypes.c_int64 * 1)(0)
     strides = (ctypes.c_int64 * 1)(1)
     m = DLManagedTensor()
-    m.dl_tensor.data = _alloc_addr(0)
+    m.dl_tensor.data = _scratch_addr()
     m.dl_tensor.device = DLDevice(12, index)  # kDLExtDev -> PrivateUse1
     m.dl_tensor.ndim = 1
     m.dl_tensor.dtype = DLDataType(1, 8, 1)  # uint8
@@ -530,5 +755,5 @@ def _set_storage_memory(st, addr: int, nbytes: int, index: int) -> None:
         st._swap_data_ptr_(_construct_storage(addr, dev, 0))
         return
     if st.nbytes() != 0:  # torch swaps only when one side is empty: empty st first
-        st._swap_data_ptr_(_construct_storage(_alloc_addr(0), dev, 0))
+        st._swap_data_ptr_(_construct_storage(_scratch_addr(), dev, 0))
     st._swap_data_ptr_(_construct_storage(addr, dev, nbytes))
