@@ -130,7 +130,9 @@ def test_torch_programs_behave_as_without_the_package():
     """
     with_tn, _ = _json(code)
     without, _ = _json(code, env=OFF)
-    assert with_tn["map"] == without["map"]  # the neuron c10d backend joins at first use
+    # the registered accelerator's c10d backend joins torch's default map (PyTorch refuses
+    # init_process_group() without a backend for an accelerator it has no entry for)
+    assert with_tn["map"] == dict(without["map"], neuron="neuron")
     assert with_tn["sum"] == without["sum"] and with_tn["autocast"] == without["autocast"]
     # pinning: without an accelerator torch cannot pin; the registered device pins
     assert without["pin"] == "error" and with_tn["pin"] is True
@@ -248,3 +250,25 @@ def test_no_file_of_torchneuron_is_named_torch_neuronx():
             torch_neuronx, "__file__", None)}))
     """)
     assert got == {"ours": True, "file": None}
+
+
+def test_the_c10d_backend_name_works_before_the_first_use(tmp_path):
+    """backend="neuron" names the group before any tensor met the device; making the
+    group loads the device."""
+    got, _ = _json(f"""
+        import json, datetime, torch, torch.distributed as dist
+        import sys
+        before = "jax" in sys.modules
+        store = dist.FileStore({str(tmp_path / "store")!r}, 1)
+        dist.init_process_group("neuron", store=store, rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=60))
+        t = torch.arange(4.0, device="neuron")
+        dist.all_reduce(t)
+        out = {{"group": type(dist.distributed_c10d._get_default_group()).__name__,
+               "value": t.cpu().tolist(), "before": before,
+               "map": dist.Backend.default_device_backend_map.get("neuron")}}
+        dist.destroy_process_group()
+        print(json.dumps(out))
+    """)
+    assert got == {"group": "NeuronProcessGroup", "value": [0.0, 1.0, 2.0, 3.0],
+                   "before": False, "map": "neuron"}

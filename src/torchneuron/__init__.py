@@ -14,7 +14,7 @@ def _register_device() -> None:
 
     if boot.registered():
         return
-    boot.register(loader=_load)
+    boot.register(loader=_load, version=__version__)
     _patch_storage_methods()
 
 

@@ -43,6 +43,7 @@ _fallback = None  # the CPU fallback's boxed kernel, once loaded
 _fallback_lib = None
 _pending_seed = None  # torch.manual_seed() before the device's first use
 _device_module = None  # the real torch.neuron (torchneuron.device) once loaded
+_version = None  # torchneuron.__version__
 
 
 def registered() -> bool:
@@ -159,13 +160,11 @@ class _ShimLoader(importlib.abc.Loader):
         return None
 
     def exec_module(self, module):
-        from . import __version__
-
         module.__doc__ = ("torchneuron's answer to the module name Hugging Face looks for "
                           "(transformers, accelerate and diffusers recognise a Neuron device "
                           "by it); not AWS's torch-neuronx, and no file of torchneuron's. "
                           "docs/huggingface.md.")
-        module.__version__ = __version__
+        module.__version__ = _version
         module.TORCHNEURON = True
 
 
@@ -185,6 +184,32 @@ _finder = _ShimFinder()
 def install_finder() -> None:
     if not any(isinstance(f, _ShimFinder) for f in sys.meta_path):
         sys.meta_path.append(_finder)
+
+
+# ---------------------------------------------------------------- c10d
+_pg_factory = None  # distributed/process_group.create, set at the first use
+
+
+def set_process_group_factory(fn) -> None:
+    global _pg_factory
+    _pg_factory = fn
+
+
+def _create_process_group(*args, **kwargs):
+    ensure_loaded()
+    return _pg_factory(*args, **kwargs)
+
+
+def _register_c10d_name() -> None:
+    """The "neuron" c10d backend, its creator loading the device when a group is made:
+    ``init_process_group()`` with no backend needs it from the start (PyTorch refuses to
+    guess a backend for the registered accelerator), as do ``backend="neuron"`` and
+    ``"cpu:gloo,neuron:neuron"``."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or "neuron" in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend("neuron", _create_process_group, devices=["neuron", "cpu"])
 
 
 # ---------------------------------------------------------------- registration
@@ -214,11 +239,12 @@ def _guard():
     return NeuronGuard()
 
 
-def register(loader=None) -> None:
-    """Make ``neuron`` a PyTorch device, without loading jax (idempotent)."""
-    global _registered, _loader, _fallback_lib
+def register(loader=None, version=None) -> None:
+    """Make ``neuron`` a PyTorch device, without loading jax (idempotent).  `loader`
+    (torchneuron._load) runs at the device's first use."""
+    global _registered, _loader, _fallback_lib, _version
     if loader is not None:
-        _loader = loader
+        _loader, _version = loader, version
     if _registered:
         return
     with _lock:
@@ -248,5 +274,6 @@ def register(loader=None) -> None:
         lib = torch.library.Library("_", "IMPL")
         lib.fallback(_first_use_fallback, "PrivateUse1")
         _fallback_lib = lib
+        _register_c10d_name()
         install_finder()
         _registered = True

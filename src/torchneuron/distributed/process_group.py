@@ -670,10 +670,15 @@ _done = False
 
 
 def register() -> None:
-    """Register the "neuron" c10d backend (idempotent; at torchneuron's import)."""
+    """The "neuron" c10d backend's creator, at the device's first use (idempotent): boot
+    registered the backend, light, with a creator that loads the device and calls this
+    module's :func:`create`."""
     global _done
     if _done or not dist.is_available():
         return
+    from .. import boot
+
+    boot.set_process_group_factory(create)
     if _NAME not in dist.Backend.backend_list:
         dist.Backend.register_backend(_NAME, create, devices=[_NAME, "cpu"])
     _done = True
