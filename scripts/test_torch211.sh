@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # torch 2.11 compatibility: set up .venv-torch211 (idempotent) with the oldest supported
-# torch and run the demo and the test files that exercise the APIs that change between
+# torch and the wheel built from this tree, check the installed command (check_wheel.sh),
+# and run the test files (against the installed wheel) that exercise the APIs that change between
 # torch releases (registration, views, copies, autograd, AMP, optimizers, Dynamo/AOT).
 # Pass test files or pytest options to run something else.
 set -euo pipefail
@@ -11,9 +12,14 @@ fi
 . .venv-torch211/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q -r requirements-torch211.txt
-python -m pip install -q --no-deps -e .
 python -c "import torch; assert torch.__version__.startswith('2.11'), torch.__version__"
-python -m torchneuron.demo --no-progress
+# the package as users get it: the wheel built from this tree, installed (not editable);
+# scripts/check_wheel.sh runs the main job and every subcommand from it, outside the tree
+rm -rf build dist
+python -m pip wheel -q --no-deps -w dist .
+python -m pip install -q --no-deps --force-reinstall dist/torchneuron-*.whl
+rm -rf build
+bash scripts/check_wheel.sh
 if [ "$#" -eq 0 ]; then
   set -- tests/test_device.py tests/test_views.py tests/test_copy.py tests/test_training.py \
          tests/test_amp.py tests/test_optim.py tests/test_attention.py tests/test_random.py \

@@ -70,7 +70,8 @@ def decision() -> tuple[bool, str]:
                       "one of 'auto', '1' (on), '0' (off); using 'auto'", stacklevel=3)
     import importlib.util
 
-    if importlib.util.find_spec("torch_neuronx") is not None:
+    spec = importlib.util.find_spec("torch_neuronx")
+    if spec is not None and spec.origin != "torchneuron":  # not torchneuron's own answer
         # AWS's torch-neuronx (torchneuron ships no module of that name): it owns 'neuron'
         return False, "AWS's torch_neuronx is installed"
     other = other_accelerator()

@@ -2,7 +2,7 @@
 
 Runs ``GATE_OPS`` (float32 forward + backward) and ``GATE_EXTRA`` (a few ops in
 bfloat16 and int64) through the same worker pool as ``torchneuron
-conformance``, then compares every row with tests/conformance_baseline.csv:
+conformance``, then compares every row with src/torchneuron/tools/data/conformance_baseline.csv:
 
 - a row that the baseline expects to PASS and that now fails (or falls back)
   is a regression;
@@ -34,7 +34,7 @@ def gate_rows(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def baseline():
-    assert os.path.exists(C.DEFAULT_BASELINE), "tests/conformance_baseline.csv is missing"
+    assert os.path.exists(C.DEFAULT_BASELINE), "src/torchneuron/tools/data/conformance_baseline.csv is missing"
     return C.load_baseline(C.DEFAULT_BASELINE)
 
 
@@ -56,6 +56,6 @@ def test_gate_matches_baseline(oid, gate_rows, baseline):
         pytest.skip(f"{oid} is not in this torch's op_db")
     problems = C.compare_to_baseline(rows, baseline)
     assert not problems, (
-        "conformance gate disagrees with tests/conformance_baseline.csv "
+        "conformance gate disagrees with src/torchneuron/tools/data/conformance_baseline.csv "
         "(fix the regression, or run `torchneuron conformance --gate --update-baseline` "
         "and commit the baseline):\n" + "\n".join(C.format_problem(p) for p in problems))

@@ -21,7 +21,7 @@ DEV = "neuron"
 # ---------------------------------------------------------------- the CI batch
 def test_fixed_seed_batch_has_no_unexplained_mismatch(tmp_path):
     """A fixed-seed batch of random programs (op by op and torch.compile'd): every
-    difference from the CPU is rounding or in tests/fuzz_allowlist.csv."""
+    difference from the CPU is rounding or in src/torchneuron/tools/data/fuzz_allowlist.csv."""
     fz = fuzz.Fuzzer(300, seed=20261202, mode="mixed", out=str(tmp_path), progress=False,
                      max_failures=5)
     s = fz.run()

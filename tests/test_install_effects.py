@@ -272,3 +272,116 @@ def test_the_c10d_backend_name_works_before_the_first_use(tmp_path):
     """)
     assert got == {"group": "NeuronProcessGroup", "value": [0.0, 1.0, 2.0, 3.0],
                    "before": False, "map": "neuron"}
+
+
+def test_our_own_shim_is_not_mistaken_for_aws_package():
+    """After ``import torchneuron`` (whose finder answers ``torch_neuronx``), the autoload
+    decision still sees no AWS package."""
+    got, _ = _json("""
+        import json, torchneuron, torch_neuronx
+        from _torchneuron_autoload import decision
+        print(json.dumps(list(decision())))
+    """, env=dict(BASE, TORCHNEURON_AUTOLOAD="auto"))
+    assert got == [True, "auto"]
+
+
+# ---------------------------------------------------------------- 6. the command
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "_torchneuron_cli", *args], capture_output=True,
+                          text=True, env=env or BASE, timeout=300, cwd=ROOT)
+
+
+@pytest.mark.parametrize("args,rc,out,err", [
+    (["--help"], 0, "usage: torchneuron [--version] [--help] <command>", ""),
+    ([], 0, "commands:", ""),
+    (["--version"], 0, "torchneuron 0.1.0", ""),
+    (["-V"], 0, "torchneuron 0.1.0", ""),
+    (["bogus"], 2, "", "torchneuron: error: unknown command 'bogus'"),
+])
+def test_the_command_answers_without_importing_torch(args, rc, out, err):
+    code = ("import sys, _torchneuron_cli as c; rc = c.main(%r); "
+            "print('IMPORTED', sorted(m for m in ('torch', 'torchneuron', 'jax') "
+            "if m in sys.modules)); sys.exit(rc)" % (args,))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=BASE,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == rc, r.stderr
+    assert out in r.stdout and err in r.stderr
+    assert "IMPORTED []" in r.stdout
+
+
+def test_version_is_the_package_version():
+    import torchneuron
+
+    r = _cli("--version")
+    assert r.stdout.strip() == f"torchneuron {torchneuron.__version__}"
+
+
+def test_a_missing_optional_dependency_names_the_extra(tmp_path):
+    """A command whose optional dependency is absent says which and how to install it
+    (a stand-in that hides hypothesis from the finder)."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        import importlib.abc, sys
+        class Hide(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "hypothesis" or name.startswith("hypothesis."):
+                    raise ModuleNotFoundError(name)
+                return None
+        sys.meta_path.insert(0, Hide())
+    """))
+    env = dict(BASE, PYTHONPATH=str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "_torchneuron_cli", "fuzz"], capture_output=True,
+                       text=True, env=env, timeout=120, cwd=ROOT)
+    assert r.returncode == 2
+    assert "torchneuron fuzz needs hypothesis" in r.stderr
+    assert "pip install 'torchneuron[fuzz]'" in r.stderr
+
+
+def test_python_m_torchneuron_runs_the_command():
+    r = subprocess.run([sys.executable, "-m", "torchneuron", "info"], capture_output=True,
+                       text=True, env=BASE, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(None, 1) for line in r.stdout.splitlines() if " " in line)
+    assert lines["torchneuron"] == "0.1.0"
+    assert lines["hooks"].startswith(("native (built", "python ("))
+    assert lines["autoload"].startswith("registers neuron at import torch (auto)")
+    assert lines["accelerator"] == "neuron"
+
+
+def test_ops_prints_the_page_outside_a_checkout(monkeypatch, capsys):
+    """An installed wheel has no docs/ to write: ``torchneuron ops`` prints the page (the
+    same text the checkout's docs/native-ops.md holds)."""
+    from torchneuron.tools import conformance, native_ops
+
+    monkeypatch.setattr(conformance, "checkout", lambda: None)
+    assert native_ops.main([]) == 0
+    printed = capsys.readouterr().out
+    with open(os.path.join(ROOT, "docs", "native-ops.md")) as f:
+        assert printed == f.read()
+    with pytest.raises(SystemExit):
+        native_ops.main(["--check"])  # nothing to compare with
+    assert "--check needs the page to compare with" in capsys.readouterr().err
+
+
+def test_the_gates_data_ships_inside_the_package():
+    from torchneuron.tools import conformance, fuzz, model_scan
+
+    pkg = os.path.dirname(os.path.abspath(conformance.__file__))
+    for path in (conformance.DEFAULT_BASELINE, model_scan.DEFAULT_BASELINE,
+                 fuzz.DEFAULT_ALLOWLIST):
+        assert os.path.dirname(path) == os.path.join(pkg, "data") and os.path.getsize(path)
+    assert conformance.load_baseline(conformance.DEFAULT_BASELINE)
+    assert "data/*.csv" in open(os.path.join(ROOT, "pyproject.toml")).read()
+
+
+def test_a_gate_sample_must_name_gate_units(capsys):
+    from torchneuron.tools import conformance, model_scan
+
+    with pytest.raises(ValueError, match="not in the conformance gate's sample: no_such_op"):
+        conformance.gate_units(conformance.catalog(), ["add", "no_such_op"])
+    units = conformance.gate_units(conformance.catalog(), ["add"])
+    assert {u[0] for u in units} == {"add"} and len(units) == 3  # float32, bfloat16, int64
+    with pytest.raises(ValueError, match="matches none of the gate's models"):
+        model_scan.run_gate(only="no_such_model")
+    with pytest.raises(SystemExit):
+        model_scan.main(["--gate", "--only", "bert", "--update-baseline"])
+    assert "rewrites the whole baseline" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """CI gate: a fixed sample of ``torchneuron scan`` (one model of each kind: BERT, GPT-2,
 Llama, T5, ViT, Whisper, CLIP, a MoE, a Mamba, a UNet) against
-tests/model_scan_baseline.csv, in both directions (a regression fails, and so does a
+src/torchneuron/tools/data/model_scan_baseline.csv, in both directions (a regression fails, and so does a
 listed failure that now passes: regenerate with ``torchneuron scan --gate
 --update-baseline``).  Every model runs in its own process against the CPU with the
 same weights (forward, gradients, greedy generate tokens, torch.compile forward).

@@ -43,14 +43,22 @@ from .status import PRECEDENCE
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def checkout() -> str | None:
+    """The source checkout torchneuron runs from (editable install), None for a wheel."""
+    root = os.path.abspath(os.path.join(_HERE, "..", "..", ".."))
+    return root if os.path.exists(os.path.join(root, "pyproject.toml")) else None
+
+
 def repo_root() -> str:
     """The source checkout (where reports/ and docs/ live), else the current directory."""
     if config.get("TORCHNEURON_CONFORMANCE_ROOT"):  # set by --snapshot
         return config.get("TORCHNEURON_CONFORMANCE_ROOT")
-    root = os.path.abspath(os.path.join(_HERE, "..", "..", ".."))
-    if os.path.exists(os.path.join(root, "pyproject.toml")):
-        return root
-    return os.getcwd()
+    return checkout() or os.getcwd()
+
+
+def data_path(name: str) -> str:
+    """A file shipped with the package (the gates' baselines, the fuzzer's allowlist)."""
+    return os.path.join(_HERE, "data", name)
 
 
 ROOT = repo_root()
@@ -58,7 +66,7 @@ DEFAULT_RESULTS = os.path.join(ROOT, "reports", "conformance.jsonl")
 DEFAULT_JSON = os.path.join(ROOT, "reports", "conformance.json")
 DEFAULT_MD = os.path.join(ROOT, "docs", "coverage.md")
 DEFAULT_PNG = os.path.join(ROOT, "docs", "coverage.png")
-DEFAULT_BASELINE = os.path.join(ROOT, "tests", "conformance_baseline.csv")
+DEFAULT_BASELINE = data_path("conformance_baseline.csv")
 
 CHECKS = ("forward", "backward")
 # sample-status precedence when several samples of a unit disagree
@@ -574,7 +582,8 @@ def format_problem(p):
     return f"{kind}: {op} {dt} {check}: baseline {want}, now {got}" + (f" -- {msg[:300]}" if msg else "")
 
 
-def gate_units(cat):
+def gate_units(cat, only=None):
+    """The gate's (op, dtype) units; `only` (op ids) keeps those ops of the sample."""
     units = []
     for oid in GATE_OPS:
         if oid in cat and "float32" in cat[oid]["dtypes"]:
@@ -583,15 +592,21 @@ def gate_units(cat):
         for oid in ops:
             if oid in cat and dt in cat[oid]["dtypes"]:
                 units.append((oid, dt))
+    if only:
+        unknown = sorted(set(only) - {u[0] for u in units})
+        if unknown:
+            raise ValueError(f"not in the conformance gate's sample: {', '.join(unknown)}")
+        units = [u for u in units if u[0] in only]
     return units
 
 
-def run_gate(workers=2, timeout=300.0, results_path=None, progress=True, log_path=None):
-    """Run the CI sample of the sweep; returns its rows."""
+def run_gate(workers=2, timeout=300.0, results_path=None, progress=True, log_path=None,
+             only=None):
+    """Run the CI sample of the sweep (the ops in `only`, if given); returns its rows."""
     from .opdb import DTYPES
 
     cat = catalog()
-    units = gate_units(cat)
+    units = gate_units(cat, only)
     fill_families(cat, sorted({u[0] for u in units}))
     tmp = None
     if results_path is None:
@@ -666,7 +681,7 @@ def build_parser():
     p.add_argument("--update-baseline", action="store_true",
                    help="rewrite the baseline entries of the units run (with --gate: the gate units; "
                         "otherwise every selected unit in the results file)")
-    p.add_argument("--baseline", default=DEFAULT_BASELINE, help="baseline file (tests/conformance_baseline.csv)")
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, help="baseline file (src/torchneuron/tools/data/conformance_baseline.csv)")
     p.add_argument("--max-samples", type=int, default=64,
                    help="at most this many sample inputs per op x dtype, spread evenly over the "
                         "OpInfo's samples (default 64; 0: all)")
@@ -768,7 +783,12 @@ def main(argv=None) -> int:
 
     if args.gate:
         t0 = time.time()
-        rows = run_gate(workers=args.workers, timeout=args.timeout, progress=not args.quiet)
+        try:
+            rows = run_gate(workers=args.workers, timeout=args.timeout, progress=not args.quiet,
+                            only=args.ops or None)
+        except ValueError as e:
+            print(f"torchneuron conformance --gate --ops: {e}", file=sys.stderr)
+            return 2
         if args.update_baseline:
             changed, n = update_baseline(args.baseline, rows, f"gate units last updated {_today()} by: {cmd}")
             print(f"baseline {os.path.relpath(args.baseline)}: {changed} entries changed, {n} entries")

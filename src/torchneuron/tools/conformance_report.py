@@ -203,7 +203,7 @@ def write_markdown(path, rows, summary, runs, command, png_rel):
     L.append("Pass rate = PASS / rows that ran (PASS, FALLBACK, MISMATCH, ERROR, TIMEOUT).\n")
     L.append("MISMATCH: all (near misses within 1e-3 / rounding: every mismatching sample is at most "
              "2x as far from a float64 CPU reference as the CPU kernel is / without a written reason: "
-             "no PyTorch xfail, not rounding and no note in tests/conformance_baseline.csv).\n")
+             "no PyTorch xfail, not rounding and no note in src/torchneuron/tools/data/conformance_baseline.csv).\n")
     L.append("| | rows that ran | PASS | rate | target | FALLBACK | MISMATCH (near / rounding / no reason) | ERROR | TIMEOUT |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k, g in summary["goals"].items():
@@ -312,7 +312,7 @@ def write_markdown(path, rows, summary, runs, command, png_rel):
              "torchneuron conformance --ops add,nn.functional.conv2d --dtypes float32,bfloat16 --rerun\n"
              "torchneuron conformance --shard 1/2          # one half of the ops (run 2/2 elsewhere, same results file)\n"
              "torchneuron conformance --report-only        # rebuild the reports from reports/conformance.jsonl\n"
-             "torchneuron conformance --gate               # the CI sample vs tests/conformance_baseline.csv\n"
+             "torchneuron conformance --gate               # the CI sample vs src/torchneuron/tools/data/conformance_baseline.csv\n"
              "torchneuron conformance --gate --update-baseline\n"
              "```\n")
     L.append("Statuses: " + "; ".join(f"**{k}**: {v}" for k, v in STATUSES.items()) + ".\n")

@@ -7,7 +7,7 @@ CPU), and :func:`judge` compares everything PyTorch defines: values (at the dtyp
 tolerance), dtypes, shapes, strides, which values share storage, errors (type and message),
 warnings and gradients. A difference explained by rounding is told apart from a real one by
 re-running the step that first differs on the device with the CPU's exact inputs. Known,
-explained differences live in ``tests/fuzz_allowlist.csv``, one reason each.
+explained differences live in ``src/torchneuron/tools/data/fuzz_allowlist.csv``, one reason each.
 
 A new kind of failure is shrunk by hypothesis to a minimal program and written as a
 standalone Python repro (``--out``). The run prints a JSON summary (``--json``).
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import torch
 
 from . import fuzz_programs as fp
-from .conformance import repo_root
+from .conformance import data_path, repo_root
 
 ROOT = repo_root()
-DEFAULT_ALLOWLIST = os.path.join(ROOT, "tests", "fuzz_allowlist.csv")
+DEFAULT_ALLOWLIST = data_path("fuzz_allowlist.csv")
 DEFAULT_OUT = os.path.join(ROOT, "reports", "fuzz")
 
 _TOL = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5),

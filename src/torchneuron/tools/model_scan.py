@@ -17,7 +17,7 @@ interrupted run resumes); the reports ``reports/model_scan.json``,
     torchneuron scan --only gpt2,llama,bert* --stages forward,backward
     torchneuron scan --shard 1/4
     torchneuron scan --report-only
-    torchneuron scan --gate                  # the CI sample against tests/model_scan_baseline.csv
+    torchneuron scan --gate                  # the CI sample against src/torchneuron/tools/data/model_scan_baseline.csv
     torchneuron scan --gate --update-baseline
 """
 from __future__ import annotations
@@ -42,14 +42,14 @@ import threading
 import time
 
 from .. import config, persist
-from .conformance import repo_root
+from .conformance import data_path, repo_root
 
 ROOT = repo_root()
 DEFAULT_RESULTS = os.path.join(ROOT, "reports", "model_scan.jsonl")
 DEFAULT_JSON = os.path.join(ROOT, "reports", "model_scan.json")
 DEFAULT_MD = os.path.join(ROOT, "docs", "model-scan.md")
 DEFAULT_PNG = os.path.join(ROOT, "docs", "model-scan.png")
-DEFAULT_BASELINE = os.path.join(ROOT, "tests", "model_scan_baseline.csv")
+DEFAULT_BASELINE = data_path("model_scan_baseline.csv")
 
 STAGES = ("forward", "backward", "generate", "compile", "bf16", "autocast")
 STATUSES = {
@@ -558,9 +558,16 @@ def compare_to_baseline(rows, baseline):
     return problems
 
 
-def run_gate(workers=1, timeout=400.0, progress=True):
+def run_gate(workers=1, timeout=400.0, progress=True, only=None):
+    """The CI sample (the models matching `only`'s patterns, if given)."""
+    models = GATE_MODELS
+    if only:
+        pats = [p.strip() for p in only.split(",") if p.strip()]
+        models = [m for m in GATE_MODELS if any(fnmatch.fnmatchcase(m, p) for p in pats)]
+        if not models:
+            raise ValueError(f"{only!r} matches none of the gate's models ({', '.join(GATE_MODELS)})")
     tmp = tempfile.mkdtemp(prefix="tn-scan-gate-")
-    return scan(GATE_MODELS, GATE_STAGES, os.path.join(tmp, "gate.jsonl"), workers=workers,
+    return scan(models, GATE_STAGES, os.path.join(tmp, "gate.jsonl"), workers=workers,
                 timeout=timeout, progress=progress, desc="scan gate")
 
 
@@ -607,8 +614,14 @@ def main(argv=None) -> int:
     if bad:
         p.error(f"unknown stage(s) {bad}; expected some of {list(STAGES)}")
     if a.gate:
-        results = run_gate(workers=a.workers if a.workers != 2 else 1, timeout=max(a.timeout, 400.0),
-                           progress=not a.no_progress)
+        if a.only and a.update_baseline:
+            p.error("--update-baseline rewrites the whole baseline: run the whole gate (no --only)")
+        try:
+            results = run_gate(workers=a.workers if a.workers != 2 else 1,
+                               timeout=max(a.timeout, 400.0), progress=not a.no_progress,
+                               only=a.only)
+        except ValueError as e:
+            p.error(f"--gate --only: {e}")
         rows = gate_rows(results)
         if a.update_baseline:
             write_baseline(a.baseline, rows, results)

@@ -66,14 +66,23 @@ def render(natives: dict, layouts: dict | None = None) -> str:
 def main(argv=None) -> int:
     import torchneuron
 
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=os.path.join(root, "docs", "native-ops.md"))
+    from .conformance import checkout
+
+    root = checkout()
+    p = argparse.ArgumentParser(prog="torchneuron ops", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.path.join(root, "docs", "native-ops.md") if root else "-",
+                   help="where to write the page (default: docs/native-ops.md in a source "
+                        "checkout, standard output for an installed wheel; - for standard output)")
     p.add_argument("--check", action="store_true", help="fail if the page is out of date")
     args = p.parse_args(argv)
+    if args.check and args.out == "-":
+        p.error("--check needs the page to compare with: --out PATH")
     from torchneuron import dispatch
 
     text = render(torchneuron.native_ops(), dispatch.layout_kernels())
+    if args.out == "-":
+        sys.stdout.write(text)
+        return 0
     if args.check:
         with open(args.out) as f:
             if f.read() != text:
