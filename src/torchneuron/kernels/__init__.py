@@ -12,6 +12,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from .. import ops
+
+# kernels wrap lowered ops (dispatch.entry_for at import): the lowering table comes first,
+# also when a kernel module is imported before the device's first use
+ops.load_all()
+
 
 def load_all() -> None:
     for m in pkgutil.iter_modules(__path__):
