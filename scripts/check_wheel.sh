@@ -12,9 +12,13 @@ cd "$work"
 export TORCHNEURON_CACHE_DIR="$work/cache"
 python - "$src" <<'PY'
 import importlib.metadata as md, sys, torchneuron, _torchneuron_cli
-src = sys.argv[1]
+import os
+# the venv may live inside the checkout (.venv-torch211): what must not be used is its src/
+src = os.path.join(os.path.realpath(sys.argv[1]), "src") + os.sep
 for m in (torchneuron, _torchneuron_cli):
-    assert not m.__file__.startswith(src), f"{m.__name__} imported from the source tree: {m.__file__}"
+    path = os.path.realpath(m.__file__)
+    assert not path.startswith(src), f"{m.__name__} imported from the source tree: {path}"
+    assert "site-packages" in path.split(os.sep), f"{m.__name__} not from an installed package: {path}"
 dist = md.distribution("torchneuron")
 assert not any(str(f).endswith(".pth") for f in dist.files), "an editable install, not the wheel"
 print(f"installed: torchneuron {dist.version} from {torchneuron.__file__}")
