@@ -40,6 +40,44 @@ def test_release_frees_mappings_and_results_stay_right():
         torch.testing.assert_close(y.cpu(), x * 3.0 - 1.0)
 
 
+@pytest.mark.skipif(runtime.map_count() is None, reason="needs /proc/self/maps (Linux)")
+def test_release_leaves_the_programs_own_jax_functions_alone():
+    """Only torchneuron's executables are released: a jax function of the program's own
+    keeps its compiled executable (jax.clear_caches() would drop it), unless releasing
+    torchneuron's own is not enough (then every cache goes, counted)."""
+    import jax
+    import jax.numpy as jnp
+
+    user = jax.jit(lambda a: a * 2 + 1)
+    user(jnp.arange(3.0))
+    pairs = _distinct_ops(30, 7200)
+    global_before = runtime.EXE_STATS.global_releases
+    before = runtime.map_count()
+    runtime.release_executables(reason="test")
+    assert runtime.map_count() < before - 30
+    assert user._cache_size() == 1
+    assert runtime.EXE_STATS.global_releases == global_before
+    for x, y in pairs:
+        torch.testing.assert_close(y.cpu(), x * 3.0 - 1.0)
+
+
+def test_release_falls_back_to_every_jax_cache(monkeypatch):
+    import jax
+    import jax.numpy as jnp
+
+    if runtime.map_count() is None:
+        pytest.skip("needs /proc/self/maps (Linux)")
+    user = jax.jit(lambda a: a - 1)
+    user(jnp.arange(3.0))
+    monkeypatch.setattr(runtime, "MAPS_FRACTION", 0.0)  # still too many after our own
+    global_before = runtime.EXE_STATS.global_releases
+    runtime.release_executables(reason="test")
+    assert runtime.EXE_STATS.global_releases == global_before + 1
+    assert user._cache_size() == 0
+    x = torch.arange(5.0)
+    torch.testing.assert_close((x.to(DEV) + 2).cpu(), x + 2)
+
+
 def test_watchdog_releases_past_the_mapping_limit(monkeypatch):
     st = runtime.EXE_STATS
     releases = st.releases

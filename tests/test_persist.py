@@ -177,8 +177,7 @@ def test_store_treats_tampered_or_foreign_entries_as_misses(tmp_path):
     assert all(_mode(f) == 0o600 for f in entries)
     assert _mode(tmp_path / "root" / ".persist-key") == 0o600
 
-    assert _run_store(env)["loads"] == first["writes"]  # intact: all loaded
-
+    # (the untouched entries load below: loads == writes - 3)
     # tamper: the first entry gets a flipped payload byte, the second one a flipped tag
     # byte, the third one becomes writable by others
     for f, i in ((entries[0], -1), (entries[1], 0)):

@@ -245,7 +245,27 @@ def numpy_to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 # with jax.clear_caches() (the jitted functions stay valid and recompile on their
 # next call).  Where /proc is not readable, a plain count of compiles since the
 # last release (TORCHNEURON_MAX_LIVE_EXECUTABLES) decides instead.
+#
+# Only torchneuron's own executables are released: every function torchneuron jits is
+# made by jit() below and remembered (weakly); a release clears those functions' caches
+# (jax's per-function clear_cache: the C++ executable cache and the function's traces,
+# after which jax's lowering and compilation caches, weakly keyed, let the executables
+# go).  A program's own jax functions keep their compiled executables.  Only where that
+# is not enough (the mappings stay above the limit: something else holds them, such as
+# jax's op-by-op primitive cache) does the release fall back to jax.clear_caches(),
+# logged as such.
 import logging as _logging
+import weakref as _weakref
+
+_jitted: "_weakref.WeakSet" = _weakref.WeakSet()
+
+
+def jit(fn, **kwargs):
+    """jax.jit for torchneuron's own functions: the executables it makes are released by
+    release_executables()."""
+    f = jax.jit(fn, **kwargs)
+    _jitted.add(f)
+    return f
 
 _log = _logging.getLogger("torchneuron")
 CHECK_EVERY = 128
@@ -266,7 +286,8 @@ class _ExeStats:
     jax_cache_hits = 0  # of those, executables jax's persistent cache served
     since_release = 0   # compiles since the last release
     next_check = CHECK_EVERY
-    releases = 0        # times every executable was released
+    releases = 0        # times torchneuron's executables were released
+    global_releases = 0  # of those, times jax's every cache had to be cleared as well
     last_maps = None    # mapping count at the last check
 
 
@@ -488,10 +509,21 @@ def release_executables(reason: str = "asked") -> None:
     eager executable store, when next used; torch.compile graphs keep their own)."""
     import gc
 
-    jax.clear_caches()
+    for f in list(_jitted):
+        f.clear_cache()
     for fn in _release_hooks:
         fn()
     gc.collect()
     EXE_STATS.releases += 1
     EXE_STATS.since_release = 0
-    _log.info("torchneuron: released all cached XLA executables (%s)", reason)
+    n = map_count() if _map_limit else None
+    if n is not None and n > MAPS_FRACTION * _map_limit:
+        # torchneuron's own executables were not enough: release jax's every cache
+        jax.clear_caches()
+        gc.collect()
+        EXE_STATS.global_releases += 1
+        _log.warning("torchneuron: released every cached jax executable, the program's own "
+                     "included (%s; %s memory mappings after releasing torchneuron's own)",
+                     reason, n)
+    else:
+        _log.info("torchneuron: released torchneuron's cached XLA executables (%s)", reason)

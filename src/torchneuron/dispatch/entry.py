@@ -384,7 +384,7 @@ class Entry:
             return tuple(outs) + tuple(slots[s] for s in writes_slots)
 
         exe = Executable()
-        exe.fn = exe.jit = jax.jit(traced, out_shardings=jax.sharding.SingleDeviceSharding(device))
+        exe.fn = exe.jit = runtime.jit(traced, out_shardings=jax.sharding.SingleDeviceSharding(device))
         exe.store_key = None
         if store.folder() is not None:  # the eager executable store (dispatch/store.py)
             exe.store_key = store.key_of((self.name, low.op.name(), mode, key), device)
@@ -434,7 +434,7 @@ def _first_call(exe, *inputs):
         store.STATS.jax_served += 1
         with store.jax_cache_bypassed() as bypassed:
             if bypassed:
-                fresh = jax.jit(functools.partial(exe.jit.__wrapped__),
+                fresh = runtime.jit(functools.partial(exe.jit.__wrapped__),
                                 out_shardings=jax.sharding.SingleDeviceSharding(device))
                 compiled = fresh.trace(*inputs).lower().compile()
         hits = store.jax_cache_hits() if bypassed else None

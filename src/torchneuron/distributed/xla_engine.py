@@ -65,7 +65,7 @@ def _program(key, body, n_in, n_out):
         except ImportError:  # older jax
             from jax.experimental.shard_map import shard_map
         mesh = _get_mesh()
-        f = _fns[key] = jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+        f = _fns[key] = runtime.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     return f
 
 

@@ -494,7 +494,7 @@ def retype(cell: "Cell", dtype: torch.dtype) -> None:
     jd = jdtype(dtype)
     f = _retype_fns.get((cell.numel, jd))
     if f is None:
-        f = _retype_fns[(cell.numel, jd)] = jax.jit(lambda a: reinterpret(a, jd))
+        f = _retype_fns[(cell.numel, jd)] = runtime.jit(lambda a: reinterpret(a, jd))
     cell.arr = f(cell.arr)
     cell.dt = cell.arr.dtype
     cell.numel = cell.arr.shape[0]
@@ -684,7 +684,7 @@ def zeros_flat(n: int, dtype: torch.dtype, index: int):
     if fn is None:
         jd = jdtype(dtype)
         sharding = jax.sharding.SingleDeviceSharding(runtime.jax_device(index))
-        fn = _zeros_cache[key] = jax.jit(lambda: jnp.zeros((n,), jd), out_shardings=sharding)
+        fn = _zeros_cache[key] = runtime.jit(lambda: jnp.zeros((n,), jd), out_shardings=sharding)
     return fn()
 
 
@@ -719,7 +719,7 @@ def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
                 b = reinterpret(a, jnp.uint8)[:keep]
                 return jnp.pad(b, (0, nbytes - keep)) if nbytes > keep else b
 
-            f = _resize_fns[key] = jax.jit(f)
+            f = _resize_fns[key] = runtime.jit(f)
         flat = f(old.arr)
     cell = Cell(flat, nbytes, index)
     cell.raw = True

@@ -178,7 +178,7 @@ def _build(index, ops, keep):
         return tuple(vals[k] for k in keep)
 
     device = runtime.jax_device(index)
-    return jax.jit(program, out_shardings=jax.sharding.SingleDeviceSharding(device))
+    return runtime.jit(program, out_shardings=jax.sharding.SingleDeviceSharding(device))
 
 
 _trues: dict = {}

@@ -143,7 +143,7 @@ def device_fn(key, build):
     if f is None:
         if len(_device_fns) >= DEVICE_FNS_MAX:
             _device_fns.clear()
-        f = _device_fns[key] = jax.jit(build())
+        f = _device_fns[key] = runtime.jit(build())
     return f
 
 
