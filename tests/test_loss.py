@@ -242,11 +242,11 @@ def test_multi_margin(dtype, reduction, p):
     check(lambda a, t, w: F.multi_margin_loss(a, t, p=p, margin=0.7, weight=w,
                                               reduction=reduction), x, t, w, grad=True,
           **tol(dtype, "loss"))
-    # 1-D input: PyTorch's meta kernel gives shape [1] for reduction='none' where the CPU
-    # kernel gives [] (the device follows the meta kernel), so only reduced outputs here
-    if reduction != "none":
+    # 1-D and 0-D inputs: PyTorch's meta kernel gives shape [1] for reduction='none' where
+    # the CPU kernel gives [] (the device gives the CPU's: each check compares shapes)
+    for shape, target in (((4,), torch.tensor(2)), ((), torch.tensor(0))):
         check(lambda a, t: F.multi_margin_loss(a, t, p=p, reduction=reduction),
-              _x((4,), dtype, scale=0.5).requires_grad_(), torch.tensor(2), grad=True,
+              _x(shape, dtype, scale=0.5).requires_grad_(), target, grad=True,
               **tol(dtype, "loss"))
 
 
@@ -257,10 +257,10 @@ def test_multilabel_margin(dtype, reduction):
     t = torch.tensor([[3, 0, -1, 1, 2], [1, 2, 3, 4, 0], [-1, 0, 0, 0, 0], [2, 2, -1, 4, 4]])
     check(lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction), x, t, grad=True,
           **tol(dtype, "loss"))
-    if reduction != "none":  # (see test_multi_margin)
-        check(lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction),
-              _x((4,), dtype, scale=0.5).requires_grad_(), torch.tensor([1, 3, -1, 0]),
-              grad=True, **tol(dtype, "loss"))
+    for shape, target in (((4,), torch.tensor([1, 3, -1, 0])), ((), torch.tensor(0))):
+        check(lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction),  # see above
+              _x(shape, dtype, scale=0.5).requires_grad_(), target, grad=True,
+              **tol(dtype, "loss"))
 
 
 # ---------------------------------------------------------------- ctc_loss

@@ -188,7 +188,16 @@ def soft_margin_loss_backward(grad_output, x, target, reduction):
     return -_norm(xx, reduction) * t * z / (1 + z) * g
 
 
-@lower("multi_margin_loss.default", static=("p",))
+def _multi_margin_meta(self, target, p=1, margin=1, weight=None, reduction=MEAN):
+    """PyTorch's meta kernel gives a 1-D (or 0-D) input's unreduced loss the shape (1,);
+    its CPU (and CUDA) kernels give ()."""
+    import torch
+
+    loss = torch.ops.aten.multi_margin_loss.default(self, target, p, margin, weight, reduction)
+    return loss.new_empty(()) if reduction == NONE and self.dim() <= 1 else loss
+
+
+@lower("multi_margin_loss.default", static=("p",), device_meta=_multi_margin_meta)
 def multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=MEAN):
     x, w = _up(x, weight)
     x2 = x.reshape(1, -1) if x.ndim <= 1 else x
@@ -241,7 +250,19 @@ def _multilabel_targets(target, c):
     return jnp.any(hits, axis=-2), hits
 
 
-@lower("multilabel_margin_loss_forward.default")
+def _multilabel_margin_forward_meta(self, target, reduction):
+    """PyTorch's meta kernel gives a 1-D (or 0-D) input's unreduced loss the shape (1,);
+    its CPU (and CUDA) kernels give ()."""
+    import torch
+
+    loss, is_target = torch.ops.aten.multilabel_margin_loss_forward.default(
+        self, target, reduction)
+    if reduction == NONE and self.dim() <= 1:
+        loss = loss.new_empty(())
+    return loss, is_target
+
+
+@lower("multilabel_margin_loss_forward.default", device_meta=_multilabel_margin_forward_meta)
 def multilabel_margin_loss_forward(x, target, reduction):
     dt = out_dtype(0)
     (xx,) = _up(x, dt=dt)
