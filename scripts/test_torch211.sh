@@ -21,11 +21,12 @@ python -m pip install -q --no-deps --force-reinstall dist/torchneuron-*.whl
 rm -rf build
 bash scripts/check_wheel.sh
 if [ "$#" -eq 0 ]; then
+  # (the fuzzer runs on 2.11 through check_wheel.sh above; the op-level files that were
+  # here, attention, random, creation, foreach and fused eager, run in scripts/test.sh and
+  # scripts/test_fused.sh on the pinned torch, keeping CI within its time)
   set -- tests/test_device.py tests/test_views.py tests/test_copy.py tests/test_training.py \
-         tests/test_amp.py tests/test_optim.py tests/test_attention.py tests/test_random.py \
-         tests/test_creation.py tests/test_foreach.py tests/test_forward_ad.py \
+         tests/test_amp.py tests/test_optim.py tests/test_forward_ad.py \
          tests/test_compile.py tests/test_pinned.py tests/test_module_conversion.py \
-         tests/test_graph_breaks.py tests/test_distributed.py tests/test_storage_resize.py \
-         tests/test_fuzz.py tests/test_fused_eager.py
+         tests/test_graph_breaks.py tests/test_distributed.py tests/test_storage_resize.py
 fi
 python -m pytest -q -n "${TORCHNEURON_TEST_WORKERS:-2}" --dist loadfile -p no:cacheprovider "$@"
