@@ -23,6 +23,7 @@ dist = md.distribution("torchneuron")
 assert not any(str(f).endswith(".pth") for f in dist.files), "an editable install, not the wheel"
 print(f"installed: torchneuron {dist.version} from {torchneuron.__file__}")
 PY
+PS4='+ [${SECONDS}s] '
 set -x
 torchneuron --version
 torchneuron --help > help.txt

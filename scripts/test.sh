@@ -12,5 +12,5 @@ workers="${TORCHNEURON_TEST_WORKERS:-2}"
 if [ "$workers" = "0" ]; then
   python -m pytest tests "$@"
 else
-  python -m pytest tests -n "$workers" --dist loadfile "$@"
+  python -m pytest tests -n "$workers" --dist loadfile --durations=20 "$@"
 fi
