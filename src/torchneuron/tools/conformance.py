@@ -320,14 +320,19 @@ def unsupported_row(oid, info, dtype):
 class _Worker:
     _ids = 0
 
-    def __init__(self, ctx, op_ids, dtypes, log_path, max_samples):
-        from . import conformance_worker
-
+    def __init__(self, ctx, op_ids, dtypes, log_path, max_samples, db=None):
         _Worker._ids += 1
         self.wid = _Worker._ids
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=conformance_worker.main,
-                                args=(child, op_ids, dtypes, log_path, max_samples),
+        if db is None:  # the OpInfo sweep
+            from . import conformance_worker
+
+            target, args = conformance_worker.main, (child, op_ids, dtypes, log_path, max_samples)
+        else:  # module_db / optim_db
+            from . import nn_conformance_worker
+
+            target, args = nn_conformance_worker.main, (child, db, op_ids, dtypes, log_path, max_samples)
+        self.proc = ctx.Process(target=target, args=args,
                                 name=f"conformance-worker-{self.wid}", daemon=True)
         self.proc.start()
         child.close()
@@ -370,18 +375,22 @@ class _Worker:
 
 def run_units(units, cat, results: ResultsFile, *, workers=2, timeout=300.0, op_ids=None,
               dtypes=(), log_path=None, max_rss_mb=3000, progress=True, desc="conformance",
-              max_samples=None):
-    """Run (op id, dtype) units in a pool of spawned workers; append rows to `results`."""
+              max_samples=None, db=None, aggregate_fn=None):
+    """Run (op id, dtype) units in a pool of spawned workers; append rows to `results`.
+
+    `db` None runs OpInfos (conformance_worker); "modules" / "optims" run ModuleInfos /
+    OptimizerInfos (nn_conformance_worker), whose rows `aggregate_fn` builds."""
     from tqdm import tqdm
 
     from .conformance_worker import MAX_SAMPLES
 
     if max_samples is None:
         max_samples = MAX_SAMPLES
+    aggregate_fn = aggregate_fn or aggregate
     ctx = multiprocessing.get_context("spawn")
     queue = collections.deque(units)
     nworkers = max(1, min(workers, len(units)))
-    pool = [_Worker(ctx, op_ids, list(dtypes), log_path, max_samples) for _ in range(nworkers)]
+    pool = [_Worker(ctx, op_ids, list(dtypes), log_path, max_samples, db) for _ in range(nworkers)]
     counts = collections.Counter()
     stats = {"max_rss_mb": 0.0, "worker_starts": nworkers}
     bar = tqdm(total=len(units), desc=desc, unit="unit", dynamic_ncols=True, disable=not progress,
@@ -392,7 +401,7 @@ def run_units(units, cat, results: ResultsFile, *, workers=2, timeout=300.0, op_
 
     def finish(w, **kw):
         oid, dt = w.unit
-        rows = aggregate(oid, cat[oid], dt, w.begin, w.samples, w.end, **kw)
+        rows = aggregate_fn(oid, cat[oid], dt, w.begin, w.samples, w.end, **kw)
         results.append(rows)
         for r in rows:
             counts[r["status"]] += 1
@@ -402,7 +411,7 @@ def run_units(units, cat, results: ResultsFile, *, workers=2, timeout=300.0, op_
         w.reset_unit()
 
     def replace(w):
-        pool[pool.index(w)] = _Worker(ctx, op_ids, list(dtypes), log_path, max_samples)
+        pool[pool.index(w)] = _Worker(ctx, op_ids, list(dtypes), log_path, max_samples, db)
         stats["worker_starts"] += 1
 
     try:
@@ -427,6 +436,8 @@ def run_units(units, cat, results: ResultsFile, *, workers=2, timeout=300.0, op_
                                 w.begin = msg[1]
                             elif kind == "sample":
                                 w.samples.append(msg[1])
+                            elif kind == "note":  # module/optimizer sweeps: a test-level note
+                                w.samples.append({"note": msg[1]})
                             elif kind == "xfail":
                                 w.end["xfail"] = True
                             elif kind == "end":
@@ -499,12 +510,12 @@ def load_baseline(path):
     return out
 
 
-def write_baseline(path, entries, meta_line=""):
+def write_baseline(path, entries, meta_line="", header=None):
     from .opdb import DTYPES
 
     dorder = {d: i for i, d in enumerate(DTYPES)}
     buf = io.StringIO()
-    buf.write(BASELINE_HEADER)
+    buf.write(header or BASELINE_HEADER)
     if meta_line:
         buf.write(f"# {meta_line}\n")
     w = csv.writer(buf, lineterminator="\n")
@@ -517,7 +528,7 @@ def write_baseline(path, entries, meta_line=""):
         f.write(buf.getvalue())
 
 
-def update_baseline(path, rows, meta_line=""):
+def update_baseline(path, rows, meta_line="", header=None):
     """Replace the baseline entries of the units in `rows` by their current status."""
     entries = load_baseline(path)
     units = {(r["op"], r["dtype"]) for r in rows}
@@ -534,7 +545,7 @@ def update_baseline(path, rows, meta_line=""):
             note = r["reason"]  # measured now: replaces an older measurement
         changed += (old is None or old["status"] != r["status"])
         kept[k] = {"status": r["status"], "note": note}
-    write_baseline(path, kept, meta_line)
+    write_baseline(path, kept, meta_line, header)
     return changed, len(kept)
 
 
@@ -652,6 +663,9 @@ def build_parser():
                     "with the CPU; write reports/conformance.json, docs/coverage.md and a chart.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="statuses:\n" + "\n".join(f"  {k:18s}{v}" for k, v in STATUSES.items()))
+    p.add_argument("--db", choices=("ops", "modules", "optims"), default="ops",
+                   help="which of PyTorch's databases: ops (op_db, OpInfo; default), modules "
+                        "(module_db, ModuleInfo) or optims (optim_db, OptimizerInfo)")
     p.add_argument("--ops", type=_split, default=[],
                    help="comma-separated op ids, names (all variants) or globs, e.g. "
                         "'add,div.trunc_rounding,nn.functional.conv*'")
@@ -773,6 +787,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.snapshot:
         return _reexec_snapshot(args.snapshot, argv)
+    if args.db != "ops":
+        from . import nn_conformance
+
+        return nn_conformance.main(args, _command_line(argv))
     from .opdb import DTYPES
 
     bad = [d for d in args.dtypes if d not in DTYPES]
