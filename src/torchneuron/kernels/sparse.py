@@ -346,6 +346,21 @@ def mul_(self, other):
     return self
 
 
+@kernel("mul.out", key=KEY)
+def mul_out(self, other, *, out):
+    """The per-tensor step of ``torch._foreach_mul_`` on sparse tensors (SGD's momentum
+    buffers when the gradients are sparse)."""
+    if not isinstance(self, torch.Tensor) or self.layout != torch.sparse_coo:
+        self, other = other, self  # the scalar can come first (a wrapped number)
+    if out.layout != torch.sparse_coo or not isinstance(self, torch.Tensor) \
+            or self.layout != torch.sparse_coo:
+        _unsupported("aten::mul.out", self, other)
+    res = mul(self, other)
+    if res.dtype != out.dtype:
+        res = _like(res, res._values().to(out.dtype))
+    return aten.copy_sparse_to_sparse_(out, res, False)
+
+
 @kernel("div.Tensor", key=KEY)
 def div(self, other):
     if self.layout != torch.sparse_coo or not _is_scalar(other):
@@ -396,6 +411,16 @@ def add_(self, other, *, alpha=1):
             raise RuntimeError(f"result type {torch.result_type(self, other._values())} "
                                f"can't be cast to the desired output type {self.dtype}")
         return _add_dense_sparse(self, other, alpha, out=self)
+    if self.layout == torch.sparse_coo and isinstance(other, torch.Tensor) \
+            and other.layout == torch.sparse_coo:  # e.g. SGD's momentum buffer of sparse grads
+        res = add(self, other, alpha=alpha)
+        if res.dtype != self.dtype:
+            if not (self.dtype.is_floating_point or self.dtype.is_complex) and \
+                    (res.dtype.is_floating_point or res.dtype.is_complex):
+                raise RuntimeError(f"result type {res.dtype} can't be cast to the desired output "
+                                   f"type {self.dtype}")
+            res = _like(res, res._values().to(self.dtype))
+        return aten.copy_sparse_to_sparse_(self, res, False)
     _unsupported("aten::add_.Tensor", self, other)
 
 

@@ -381,6 +381,12 @@ def main(args, command) -> int:
         print(f"torchneuron conformance --db {db}: {len(units)} units to run ({skipped} already done); "
               f"{args.workers} workers; results -> {os.path.relpath(p['results'])}", file=sys.stderr)
         if units:
+            import signal
+
+            def _term(signum, frame):  # kill -TERM: stop like Ctrl-C (workers stopped, run recorded)
+                raise KeyboardInterrupt
+
+            signal.signal(signal.SIGTERM, _term)
             t0 = time.time()
             start = C._now()
             results.append([{"run": {"start": start, "command": command, "units": len(units),
