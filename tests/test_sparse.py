@@ -123,6 +123,9 @@ CASES = {
     "add dense sparse": lambda d: torch.arange(20.0).reshape(4, 5).to(d) + _coo(d),
     "add_ dense sparse alpha": lambda d: torch.arange(20.0).reshape(4, 5).to(d).add_(
         _coo(d), alpha=-0.5),
+    # in place on a sparse tensor (SGD's momentum buffer of sparse gradients)
+    "add_ sparse sparse alpha": lambda d: _coo(d).add_(_coo(d, seed=3), alpha=0.25),
+    "_foreach_mul_ sparse": lambda d: _foreach_mul_first(_coo(d), 0.9),
     "transpose": lambda d: _coo(d).t(),
     "zero_": lambda d: _coo(d).zero_(),
     "empty sparse": lambda d: torch.empty((3, 2), layout=torch.sparse_coo, device=d),
@@ -130,6 +133,11 @@ CASES = {
     "empty nnz to_dense": lambda d: torch.sparse_coo_tensor(size=(3, 2)).to(d).to_dense(),
     "empty nnz coalesce": lambda d: torch.sparse_coo_tensor(size=(3, 2)).to(d).coalesce(),
 }
+
+
+def _foreach_mul_first(s, k):
+    torch._foreach_mul_([s], k)
+    return s
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -165,7 +173,7 @@ def test_sparse_gradients_match_cpu(op):
     torch.testing.assert_close(ad, ed, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("optim", ["SGD", "SparseAdam"])
+@pytest.mark.parametrize("optim", ["SGD", "SGD momentum foreach", "SGD momentum for-loop", "SparseAdam"])
 def test_sparse_embedding_training_matches_cpu(optim):
     """nn.Embedding(sparse=True): sparse gradients, applied by SGD (dense += sparse) or
     SparseAdam (sparse_mask, sparse arithmetic)."""
@@ -175,8 +183,10 @@ def test_sparse_embedding_training_matches_cpu(optim):
         emb = torch.nn.Embedding(10, 4, sparse=True)
         lin = torch.nn.Linear(4, 1)
         emb, lin = emb.to(device), lin.to(device)
-        if optim == "SGD":
-            opt = torch.optim.SGD(list(emb.parameters()) + list(lin.parameters()), lr=0.1)
+        if optim.startswith("SGD"):
+            kw = {} if optim == "SGD" else {"momentum": 0.9, "dampening": 0.1,
+                                            "foreach": optim.endswith("foreach")}
+            opt = torch.optim.SGD(list(emb.parameters()) + list(lin.parameters()), lr=0.1, **kw)
         else:
             opt = torch.optim.SparseAdam(list(emb.parameters()), lr=0.1)
         ids = torch.tensor([[1, 2, 2, 7], [0, 7, 9, 1]]).to(device)
