@@ -178,7 +178,11 @@ def _construct(mi, inp, to_dtype, seed, factory=None):
     torch.manual_seed(seed)
     ci = inp.constructor_input
     if factory:
-        return mi.module_cls(*ci.args, **dict(ci.kwargs, **factory))
+        # tensors given to the constructor (a loss's class weights, ...) go where the module is
+        # built, as a user building it there would pass them
+        args, kwargs = _map(list(ci.args), lambda t: t.to(factory["device"])), \
+            _map(dict(ci.kwargs), lambda t: t.to(factory["device"]))
+        return mi.module_cls(*args, **dict(kwargs, **factory))
     return mi.module_cls(*ci.args, **ci.kwargs).to(to_dtype)
 
 
