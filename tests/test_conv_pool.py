@@ -331,3 +331,42 @@ def test_integer_convolution(name, fn, xs, ws):
     b = torch.randint(-5, 6, (nout,))
     kw = dict(stride=2, padding=1, output_padding=1) if "transpose" in name else dict(stride=2, padding=1)
     check(lambda x, w, b: fn(x, w, b, **kw), x, w, b)
+
+
+# A convolution's output memory format follows its input's or weight's (channels-last in,
+# channels-last out), as the CPU's oneDNN and CUDA's cuDNN kernels return (found by the
+# module_db sweep's channels_last check).
+_CL, _CL3 = torch.channels_last, torch.channels_last_3d
+CONV_FORMATS = {
+    "input channels-last": lambda d: F.conv2d(torch.randn(2, 3, 5, 5).to(d).to(memory_format=_CL),
+                                              torch.randn(4, 3, 3, 3).to(d)),
+    "weight channels-last": lambda d: F.conv2d(torch.randn(2, 3, 5, 5).to(d),
+                                               torch.randn(4, 3, 3, 3).to(d).to(memory_format=_CL)),
+    "both, with bias": lambda d: F.conv2d(torch.randn(2, 3, 5, 5).to(d).to(memory_format=_CL),
+                                          torch.randn(4, 3, 3, 3).to(d).to(memory_format=_CL),
+                                          torch.randn(4).to(d), padding=1),
+    "contiguous": lambda d: F.conv2d(torch.randn(2, 3, 5, 5).to(d), torch.randn(4, 3, 3, 3).to(d)),
+    "one channel": lambda d: F.conv2d(torch.randn(2, 1, 5, 5).to(d).to(memory_format=_CL),
+                                      torch.randn(4, 1, 3, 3).to(d)),
+    "1x1 output": lambda d: F.conv2d(torch.randn(2, 3, 1, 1).to(d).to(memory_format=_CL),
+                                     torch.randn(4, 3, 1, 1).to(d)),
+    "3-d channels-last": lambda d: F.conv3d(torch.randn(2, 3, 4, 4, 4).to(d).to(memory_format=_CL3),
+                                            torch.randn(4, 3, 3, 3, 3).to(d)),
+    "transposed": lambda d: F.conv_transpose2d(torch.randn(2, 3, 5, 5).to(d).to(memory_format=_CL),
+                                               torch.randn(3, 4, 3, 3).to(d)),
+    "groups": lambda d: F.conv2d(torch.randn(2, 4, 5, 5).to(d).to(memory_format=_CL),
+                                 torch.randn(4, 2, 3, 3).to(d), groups=2),
+    "conv1d": lambda d: F.conv1d(torch.randn(2, 3, 5).to(d), torch.randn(4, 3, 3).to(d)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONV_FORMATS))
+def test_convolution_output_memory_format_matches_cpu(name):
+    from helpers import DEV
+
+    torch.manual_seed(0)
+    want = CONV_FORMATS[name]("cpu")
+    torch.manual_seed(0)
+    got = CONV_FORMATS[name](DEV)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)

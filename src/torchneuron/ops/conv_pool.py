@@ -27,6 +27,8 @@ from jax import lax
 from ..numerics import HALF, cast, opmath, round_to, scalar_type_name
 from ..lowering import index_checks, lower, meta_kernel, out_dtype, out_meta
 
+aten = torch.ops.aten
+
 HIGHEST = lax.Precision.HIGHEST
 
 
@@ -99,8 +101,24 @@ def _conv_check(input, weight, bias, *rest):
                            f"type ({str(bias.dtype).replace('torch.', '')}) should be the same")
 
 
+def _conv_meta(input, weight, *rest):
+    """The output of a convolution is channels-last when its input or its weight is (as
+    cuDNN's and the CPU's oneDNN kernels return; PyTorch's meta kernel says contiguous)."""
+    out = aten.convolution.default(input, weight, *rest[:7]) if len(rest) >= 7 else None
+    if out is None:
+        raise TypeError("convolution: unexpected arguments")
+    from torch._prims_common import suggest_memory_format
+
+    if input.dim() in (4, 5) and weight.dim() == input.dim():
+        for t in (input, weight):
+            fmt = suggest_memory_format(t)
+            if fmt != torch.contiguous_format:
+                return torch.empty_like(out, memory_format=fmt)
+    return out
+
+
 @lower("convolution.default", "convolution_overrideable.default", "_convolution.default",
-       check=_conv_check)
+       check=_conv_check, device_meta=_conv_meta)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
                 groups, *rest):
     dt = out_dtype()
