@@ -20,6 +20,9 @@ differ; every ``module_inputs_func`` sample):
   inputs and of every parameter compared;
 * ``noncontiguous`` (``test_non_contiguous_tensors``): the device's inputs are
   strided views; outputs and gradients compared with the CPU's contiguous run;
+* ``channels_last`` (``test_memory_format``): 4-D / 5-D inputs and the module in
+  channels-last memory format on both sides: values, gradients and whether each output
+  is channels-last compared with the CPU's;
 * ``factory_kwargs`` (``test_factory_kwargs``): ``Module(..., device="neuron",
   dtype=...)`` puts every parameter and buffer on the device in that dtype, and
   runs like the CPU module holding the same state;
@@ -36,6 +39,8 @@ for SparseAdam), four ``step(closure)`` calls, parameters and losses compared:
 * ``steps`` (``test_forloop_goes_right_direction``): the configuration as given;
 * ``foreach`` (``test_foreach_matches_forloop``): ``foreach=True`` equals
   ``foreach=False`` on the device;
+* ``param_groups`` (``test_param_groups_lr``): ``W`` and ``b`` in two parameter
+  groups, the second with half the learning rate, compared with the CPU;
 * ``state_dict`` (``test_state_dict_with_cuda_params``): two steps on the
   device, its ``state_dict`` loaded into a CPU optimizer, two more steps on
   each: equal;
@@ -67,12 +72,14 @@ from .conformance_worker import (_Fallbacks, _compare, _exc, _map, _ref_verdict,
                                  _tensors)
 from .conformance_worker import _ref_errors
 
-MODULE_CHECKS = ("forward", "backward", "noncontiguous", "factory_kwargs", "pickle", "device_moves")
-OPTIM_CHECKS = ("steps", "foreach", "state_dict", "scheduler", "sparse")
+MODULE_CHECKS = ("forward", "backward", "noncontiguous", "channels_last", "factory_kwargs", "pickle",
+                 "device_moves")
+OPTIM_CHECKS = ("steps", "foreach", "param_groups", "state_dict", "scheduler", "sparse")
 # upstream test -> the checks it carries (its DecorateInfo skips apply to them)
 MODULE_TESTS = {
     "test_cpu_gpu_parity": ("forward", "backward"),
     "test_non_contiguous_tensors": ("noncontiguous",),
+    "test_memory_format": ("channels_last",),
     "test_factory_kwargs": ("factory_kwargs",),
     "test_pickle": ("pickle",),
     "test_to": ("device_moves",),
@@ -80,6 +87,7 @@ MODULE_TESTS = {
 OPTIM_TESTS = {
     "test_forloop_goes_right_direction": ("steps",),
     "test_foreach_matches_forloop": ("foreach",),
+    "test_param_groups_lr": ("param_groups",),
     "test_state_dict_with_cuda_params": ("state_dict",),
     "test_param_group_with_lrscheduler_goes_right_direction": ("scheduler",),
     "test_rosenbrock_sparse": ("sparse",),
@@ -200,15 +208,42 @@ def _materialize(m, inp):
     return m
 
 
-def _run_module(m, fi, device, *, training, seed, wide=False, noncontig=False, cots=None):
+def _channels_last(x):
+    import torch
+
+    def f(t):
+        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
+        if fmt is None:
+            return t
+        c = t.detach().to(memory_format=fmt)
+        return c.requires_grad_(t.requires_grad) if c.is_floating_point() else c
+    return _map(x, f)
+
+
+def _out_formats(out):
+    import torch
+
+    fmts = []
+    for t in _tensors(out, []):
+        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
+        fmts.append(None if fmt is None else (t.is_contiguous(memory_format=fmt), t.is_contiguous()))
+    return fmts
+
+
+def _run_module(m, fi, device, *, training, seed, wide=False, noncontig=False, cots=None,
+                channels_last=False):
     """Forward (and backward with `cots`) of module `m` (already on `device`) on a copy of the
     forward input; returns (outputs, buffers, grads) on the CPU and the cotangents used."""
     import torch
 
     m.train(training)
     args, kwargs = _copy_args(fi.args, fi.kwargs, device, wide=wide, noncontig=noncontig)
+    if channels_last:
+        args, kwargs = _channels_last(args), _channels_last(kwargs)
     torch.manual_seed(seed)
     out = m(*args, **kwargs)
+    if channels_last:
+        _run_module.formats = _out_formats(out)
     outs = _diff_outputs(out)
     grads = None
     if cots is not None and outs:
@@ -290,6 +325,34 @@ def _module_sample(test, group, mi, inp, dtype, device, training, seed, rec):
         actual, expected = [dev[0], dev[2]], [cpu_res[0], cpu_res[2]]
         st = _judge(test, actual, expected, ref((0, 2)), dtype, rec, "noncontiguous")
         _record(rec, "noncontiguous", st, fb)
+    elif group == "test_memory_format":
+        if not any(t.dim() in (4, 5) for t in _tensors([fi.args, fi.kwargs], [])):
+            raise _Skip("no 4-D or 5-D input")
+
+        def cl_module(m):
+            for t in list(m.parameters()) + list(m.buffers()):
+                fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
+                if fmt is not None:
+                    t.data = t.data.contiguous(memory_format=fmt)
+            return m
+
+        cpu_cl = _run_module(cl_module(copy.deepcopy(tmpl)), fi, "cpu", training=training, seed=seed,
+                             cots=cots, channels_last=True)
+        cpu_fmt = _run_module.formats
+        try:
+            with _Fallbacks() as fb:
+                dev = _run_module(cl_module(copy.deepcopy(tmpl).to(device)), fi, device,
+                                  training=training, seed=seed, cots=cots, channels_last=True)
+            dev_fmt = _run_module.formats
+        except Exception as e:  # noqa: BLE001
+            _record(rec, "channels_last", ["ERROR", _exc(e)])
+            return
+        if dev_fmt != cpu_fmt:
+            _record(rec, "channels_last", ["MISMATCH", f"output memory format (channels-last, "
+                                           f"contiguous) per output: device {dev_fmt}, CPU {cpu_fmt}"])
+            return
+        st = _judge(test, [dev[0], dev[2]], [cpu_cl[0], cpu_cl[2]], ref((0, 2)), dtype, rec, "channels_last")
+        _record(rec, "channels_last", st, fb)
     elif group == "test_factory_kwargs":
         try:
             cpu_f = _construct(mi, inp, dtype, seed, factory={"device": "cpu", "dtype": dtype})
@@ -443,7 +506,8 @@ def _sparse_problem(device, dtype, seed):
     return params, loss_fn
 
 
-def _run_optim(optim_info, kwargs, device, dtype, seed, *, steps=STEPS, schedulers=(), problem=None):
+def _run_optim(optim_info, kwargs, device, dtype, seed, *, steps=STEPS, schedulers=(), problem=None,
+               groups=False):
     """Steps of the optimizer; returns (params, losses, lrs) on the CPU and the optimizer."""
     import torch
 
@@ -451,7 +515,16 @@ def _run_optim(optim_info, kwargs, device, dtype, seed, *, steps=STEPS, schedule
         params, loss_fn = _problem(optim_info, device, dtype, seed)
     else:
         params, loss_fn = problem(device, dtype, seed)
-    opt = optim_info.optim_cls(params, **kwargs)
+    if groups:
+        import inspect
+
+        lr = kwargs.get("lr", inspect.signature(optim_info.optim_cls.__init__).parameters["lr"].default)
+        second = {"params": params[1:]}
+        if isinstance(lr, (int, float)):
+            second["lr"] = lr / 2
+        opt = optim_info.optim_cls([{"params": params[:1]}, second], **kwargs)
+    else:
+        opt = optim_info.optim_cls(params, **kwargs)
     scheds = [s(opt) for s in schedulers]
 
     def closure():
@@ -526,6 +599,12 @@ def _optim_sample(test, group, optim_info, oinp, dtype, device, seed, rec):
         st = _judge(test, [a[0], torch.tensor(a[1], dtype=dtype)], [b[0], torch.tensor(b[1], dtype=dtype)],
                     None, dtype, rec, "foreach")
         _record(rec, "foreach", st, fb)
+    elif group == "test_param_groups_lr":
+        if not optim_info.supports_param_groups:
+            raise _Skip(f"{optim_info.name} does not support parameter groups")
+        if optim_info.name == "Muon" or optim_info.only_supports_sparse_grads:
+            raise _Skip("the problem has one parameter for this optimizer")
+        both("param_groups", kwargs, groups=True)
     elif group == "test_state_dict_with_cuda_params":
         try:
             cpu = _run_optim(optim_info, kwargs, "cpu", dtype, seed)
