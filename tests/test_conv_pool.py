@@ -333,9 +333,9 @@ def test_integer_convolution(name, fn, xs, ws):
     check(lambda x, w, b: fn(x, w, b, **kw), x, w, b)
 
 
-# A convolution's output memory format follows its input's or weight's (channels-last in,
-# channels-last out), as the CPU's oneDNN and CUDA's cuDNN kernels return (found by the
-# module_db sweep's channels_last check).
+# A convolution's (and reflection / replication padding's) output memory format follows its
+# input's or weight's (channels-last in, channels-last out), as the CPU's oneDNN and CUDA's
+# cuDNN kernels return (found by the module_db sweep's channels_last check).
 _CL, _CL3 = torch.channels_last, torch.channels_last_3d
 CONV_FORMATS = {
     "input channels-last": lambda d: F.conv2d(torch.randn(2, 3, 5, 5).to(d).to(memory_format=_CL),
@@ -357,11 +357,21 @@ CONV_FORMATS = {
     "groups": lambda d: F.conv2d(torch.randn(2, 4, 5, 5).to(d).to(memory_format=_CL),
                                  torch.randn(4, 2, 3, 3).to(d), groups=2),
     "conv1d": lambda d: F.conv1d(torch.randn(2, 3, 5).to(d), torch.randn(4, 3, 3).to(d)),
+    "unbatched conv3d of a channels-last 4-d input": lambda d: F.conv3d(
+        torch.randn(3, 4, 5, 5).to(d).to(memory_format=_CL), torch.randn(2, 3, 2, 2, 2).to(d)),
+    # reflection / replication padding keeps a channels-last input's format too
+    "reflect pad 2-d": lambda d: F.pad(torch.randn(2, 3, 5, 5).to(d).to(memory_format=_CL),
+                                       (1, 2, 3, 4), mode="reflect"),
+    "replicate pad 3-d": lambda d: F.pad(torch.randn(2, 3, 4, 5, 5).to(d).to(memory_format=_CL3),
+                                         (1, 1, 1, 1, 1, 1), mode="replicate"),
+    "reflect pad 3-d, unbatched": lambda d: F.pad(torch.randn(3, 4, 5, 5).to(d).to(memory_format=_CL),
+                                                  (1, 1, 1, 1, 1, 1), mode="reflect"),
+    "reflect pad 1-d": lambda d: F.pad(torch.randn(2, 3, 5).to(d), (1, 2), mode="reflect"),
 }
 
 
 @pytest.mark.parametrize("name", list(CONV_FORMATS))
-def test_convolution_output_memory_format_matches_cpu(name):
+def test_output_memory_format_matches_cpu(name):
     from helpers import DEV
 
     torch.manual_seed(0)

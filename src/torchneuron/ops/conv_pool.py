@@ -103,17 +103,22 @@ def _conv_check(input, weight, bias, *rest):
 
 def _conv_meta(input, weight, *rest):
     """The output of a convolution is channels-last when its input or its weight is (as
-    cuDNN's and the CPU's oneDNN kernels return; PyTorch's meta kernel says contiguous)."""
-    out = aten.convolution.default(input, weight, *rest[:7]) if len(rest) >= 7 else None
-    if out is None:
-        raise TypeError("convolution: unexpected arguments")
+    cuDNN's and the CPU's oneDNN kernels return, and PyTorch's test_memory_format expects;
+    PyTorch's meta kernel says contiguous); an unbatched convolution's output follows its
+    input."""
     from torch._prims_common import suggest_memory_format
 
+    if len(rest) < 7:
+        raise TypeError("convolution: unexpected arguments")
+    out = aten.convolution.default(input, weight, *rest[:7])
     if input.dim() in (4, 5) and weight.dim() == input.dim():
         for t in (input, weight):
             fmt = suggest_memory_format(t)
             if fmt != torch.contiguous_format:
                 return torch.empty_like(out, memory_format=fmt)
+    if input.dim() == weight.dim() - 1:  # unbatched
+        fmt = suggest_memory_format(input) if input.dim() in (4, 5) else torch.contiguous_format
+        return torch.empty_like(out, memory_format=fmt)
     return out
 
 

@@ -123,12 +123,35 @@ def _replicate(x, padding):
     return _pad_mode(x, padding, "edge")
 
 
-@lower("reflection_pad1d.default", "reflection_pad2d.default", "reflection_pad3d.default")
+def follow_input_format(out, x):
+    """`out` (a meta result) in `x`'s channels-last format when x is channels-last and out
+    has x's rank (4-d: channels_last, 5-d: channels_last_3d), as the CPU's and CUDA's
+    kernels return and PyTorch's test_memory_format expects; else `out`."""
+    from torch._prims_common import suggest_memory_format
+
+    fmt = suggest_memory_format(x) if x.dim() in (4, 5) else torch.contiguous_format
+    if fmt != torch.contiguous_format and out.dim() == x.dim():
+        return torch.empty_like(out, memory_format=fmt)
+    return out
+
+
+def _pad_meta(kind):
+    ops = {2: f"{kind}_pad1d", 4: f"{kind}_pad2d", 6: f"{kind}_pad3d"}
+
+    def meta(x, padding):
+        out = getattr(aten, ops.get(len(padding), ops[2])).default(x, padding)
+        return follow_input_format(out, x)
+    return meta
+
+
+@lower("reflection_pad1d.default", "reflection_pad2d.default", "reflection_pad3d.default",
+       device_meta=_pad_meta("reflection"))
 def reflection_pad(x, padding):
     return _reflect(x, list(padding))
 
 
-@lower("replication_pad1d.default", "replication_pad2d.default", "replication_pad3d.default")
+@lower("replication_pad1d.default", "replication_pad2d.default", "replication_pad3d.default",
+       device_meta=_pad_meta("replication"))
 def replication_pad(x, padding):
     return _replicate(x, list(padding))
 

@@ -208,12 +208,14 @@ def _materialize(m, inp):
     return m
 
 
-def _channels_last(x):
+def _in_format(x, fmt):
+    """Tensors of `fmt`'s rank (4-d channels_last, 5-d channels_last_3d) in that format."""
     import torch
 
+    rank = 4 if fmt == torch.channels_last else 5
+
     def f(t):
-        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
-        if fmt is None:
+        if t.dim() != rank:
             return t
         c = t.detach().to(memory_format=fmt)
         return c.requires_grad_(t.requires_grad) if c.is_floating_point() else c
@@ -221,28 +223,73 @@ def _channels_last(x):
 
 
 def _out_formats(out):
+    """(rank, empty, channels-last in its rank's format, contiguous) of each 4-d / 5-d output."""
     import torch
 
     fmts = []
     for t in _tensors(out, []):
         fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
-        fmts.append(None if fmt is None else (t.is_contiguous(memory_format=fmt), t.is_contiguous()))
+        fmts.append(None if fmt is None else
+                    (t.dim(), t.numel() == 0, t.is_contiguous(memory_format=fmt), t.is_contiguous()))
     return fmts
 
 
+def _format_ok(dev, cpu, rank):
+    """The device's output memory format is the CPU's, or the one PyTorch's test_memory_format
+    requires (an output of the input format's rank in that format, others contiguous)."""
+    if dev is None or dev == cpu or dev[1]:
+        return True
+    return dev[2] if dev[0] == rank else dev[3]
+
+
+def _memory_format_case(test, mi, tmpl, fi, dtype, device, training, seed, cots, fmt, ref, rec):
+    """One memory format: the module and the inputs of its rank in `fmt` on both sides.
+    Values and gradients are compared with the CPU's; each output's memory format too
+    (:func:`_format_ok`).  False when the check did not pass."""
+    import torch
+
+    rank = 4 if fmt == torch.channels_last else 5
+
+    def in_fmt(m):
+        for t in list(m.parameters()) + list(m.buffers()):
+            if t.dim() == rank:
+                t.data = t.data.contiguous(memory_format=fmt)
+        return m
+
+    cpu_cl = _run_module(in_fmt(copy.deepcopy(tmpl)), fi, "cpu", training=training, seed=seed,
+                         cots=cots, memory_format=fmt)
+    cpu_f = _run_module.formats
+    try:
+        with _Fallbacks() as fb:
+            dev = _run_module(in_fmt(copy.deepcopy(tmpl).to(device)), fi, device, training=training,
+                              seed=seed, cots=cots, memory_format=fmt)
+        dev_f = _run_module.formats
+    except Exception as e:  # noqa: BLE001
+        _record(rec, "channels_last", ["ERROR", _exc(e)])
+        return False
+    bad = [(d, c) for d, c in zip(dev_f, cpu_f) if not _format_ok(d, c, rank)]
+    if bad:
+        _record(rec, "channels_last", ["MISMATCH", f"{fmt}: output memory format (rank, empty, "
+                                       f"channels-last, contiguous): device {bad[0][0]}, CPU {bad[0][1]}"])
+        return False
+    st = _judge(test, [dev[0], dev[2]], [cpu_cl[0], cpu_cl[2]], ref((0, 2)), dtype, rec, "channels_last")
+    _record(rec, "channels_last", st, fb)
+    return st[0] == "PASS"
+
+
 def _run_module(m, fi, device, *, training, seed, wide=False, noncontig=False, cots=None,
-                channels_last=False):
+                memory_format=None):
     """Forward (and backward with `cots`) of module `m` (already on `device`) on a copy of the
     forward input; returns (outputs, buffers, grads) on the CPU and the cotangents used."""
     import torch
 
     m.train(training)
     args, kwargs = _copy_args(fi.args, fi.kwargs, device, wide=wide, noncontig=noncontig)
-    if channels_last:
-        args, kwargs = _channels_last(args), _channels_last(kwargs)
+    if memory_format is not None:
+        args, kwargs = _in_format(args, memory_format), _in_format(kwargs, memory_format)
     torch.manual_seed(seed)
     out = m(*args, **kwargs)
-    if channels_last:
+    if memory_format is not None:
         _run_module.formats = _out_formats(out)
     outs = _diff_outputs(out)
     grads = None
@@ -326,33 +373,14 @@ def _module_sample(test, group, mi, inp, dtype, device, training, seed, rec):
         st = _judge(test, actual, expected, ref((0, 2)), dtype, rec, "noncontiguous")
         _record(rec, "noncontiguous", st, fb)
     elif group == "test_memory_format":
-        if not any(t.dim() in (4, 5) for t in _tensors([fi.args, fi.kwargs], [])):
+        dims = {t.dim() for t in _tensors([fi.args, fi.kwargs], [])}
+        fmts = [f for d, f in ((4, torch.channels_last), (5, torch.channels_last_3d)) if d in dims]
+        if not fmts:
             raise _Skip("no 4-D or 5-D input")
-
-        def cl_module(m):
-            for t in list(m.parameters()) + list(m.buffers()):
-                fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
-                if fmt is not None:
-                    t.data = t.data.contiguous(memory_format=fmt)
-            return m
-
-        cpu_cl = _run_module(cl_module(copy.deepcopy(tmpl)), fi, "cpu", training=training, seed=seed,
-                             cots=cots, channels_last=True)
-        cpu_fmt = _run_module.formats
-        try:
-            with _Fallbacks() as fb:
-                dev = _run_module(cl_module(copy.deepcopy(tmpl).to(device)), fi, device,
-                                  training=training, seed=seed, cots=cots, channels_last=True)
-            dev_fmt = _run_module.formats
-        except Exception as e:  # noqa: BLE001
-            _record(rec, "channels_last", ["ERROR", _exc(e)])
-            return
-        if dev_fmt != cpu_fmt:
-            _record(rec, "channels_last", ["MISMATCH", f"output memory format (channels-last, "
-                                           f"contiguous) per output: device {dev_fmt}, CPU {cpu_fmt}"])
-            return
-        st = _judge(test, [dev[0], dev[2]], [cpu_cl[0], cpu_cl[2]], ref((0, 2)), dtype, rec, "channels_last")
-        _record(rec, "channels_last", st, fb)
+        for fmt in fmts:
+            if not _memory_format_case(test, mi, tmpl, fi, dtype, device, training, seed, cots, fmt,
+                                       ref, rec):
+                return
     elif group == "test_factory_kwargs":
         try:
             cpu_f = _construct(mi, inp, dtype, seed, factory={"device": "cpu", "dtype": dtype})
