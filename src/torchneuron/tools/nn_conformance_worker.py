@@ -728,6 +728,7 @@ class _Unit:
 
         self.started = True
         seed = zlib.crc32(f"{mi.name}|{dtype}|{training}".encode())
+        torch.manual_seed(seed)  # the samples' random values: the same whatever ran before
         try:
             inputs = [i for i in mi.module_inputs_func(mi, device="cpu", dtype=dtype, requires_grad=True,
                                                        training=training) if i.forward_input is not None]
