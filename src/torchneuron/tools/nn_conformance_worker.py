@@ -39,6 +39,8 @@ for SparseAdam), four ``step(closure)`` calls, parameters and losses compared:
 * ``steps`` (``test_forloop_goes_right_direction``): the configuration as given;
 * ``foreach`` (``test_foreach_matches_forloop``): ``foreach=True`` equals
   ``foreach=False`` on the device;
+* ``fused`` (``test_fused_matches_forloop``): ``fused=True`` on the device against
+  ``fused=True`` on the CPU, for the optimizers with a fused implementation;
 * ``param_groups`` (``test_param_groups_lr``): ``W`` and ``b`` in two parameter
   groups, the second with half the learning rate, compared with the CPU;
 * ``state_dict`` (``test_state_dict_with_cuda_params``): two steps on the
@@ -74,7 +76,7 @@ from .conformance_worker import _ref_errors
 
 MODULE_CHECKS = ("forward", "backward", "noncontiguous", "channels_last", "factory_kwargs", "pickle",
                  "device_moves")
-OPTIM_CHECKS = ("steps", "foreach", "param_groups", "state_dict", "scheduler", "sparse")
+OPTIM_CHECKS = ("steps", "foreach", "fused", "param_groups", "state_dict", "scheduler", "sparse")
 # upstream test -> the checks it carries (its DecorateInfo skips apply to them)
 MODULE_TESTS = {
     "test_cpu_gpu_parity": ("forward", "backward"),
@@ -87,6 +89,7 @@ MODULE_TESTS = {
 OPTIM_TESTS = {
     "test_forloop_goes_right_direction": ("steps",),
     "test_foreach_matches_forloop": ("foreach",),
+    "test_fused_matches_forloop": ("fused",),
     "test_param_groups_lr": ("param_groups",),
     "test_state_dict_with_cuda_params": ("state_dict",),
     "test_param_group_with_lrscheduler_goes_right_direction": ("scheduler",),
@@ -627,6 +630,12 @@ def _optim_sample(test, group, optim_info, oinp, dtype, device, seed, rec):
         st = _judge(test, [a[0], torch.tensor(a[1], dtype=dtype)], [b[0], torch.tensor(b[1], dtype=dtype)],
                     None, dtype, rec, "foreach")
         _record(rec, "foreach", st, fb)
+    elif group == "test_fused_matches_forloop":
+        if "fused" not in optim_info.supported_impls:
+            raise _Skip(f"{optim_info.name} has no fused implementation")
+        if "foreach" in kwargs or "fused" in kwargs:
+            raise _Skip("the configuration sets foreach/fused itself")
+        both("fused", dict(kwargs, fused=True))
     elif group == "test_param_groups_lr":
         if not optim_info.supports_param_groups:
             raise _Skip(f"{optim_info.name} does not support parameter groups")
