@@ -23,7 +23,7 @@ import time
 
 from . import conformance as C
 from .nn_conformance_worker import MAX_SAMPLES, MODULE_CHECKS, OPTIM_CHECKS
-from .status import ORDER, PRECEDENCE
+from .status import PRECEDENCE
 
 DB_DTYPES = {"modules": ["float32", "float64"], "optims": ["float32"]}
 CHECKS = {"modules": MODULE_CHECKS, "optims": OPTIM_CHECKS}
@@ -222,13 +222,17 @@ def write_chart(path, db, rows):
 
     checks = CHECKS[db]
     dts = sorted({r["dtype"] for r in rows})
-    colors = {"PASS": "#2e7d32", "FALLBACK": "#f9a825", "MISMATCH": "#c62828", "ERROR": "#6a1b9a",
-              "TIMEOUT": "#37474f", "SKIP": "#b0bec5", "UNSUPPORTED_DTYPE": "#eceff1"}
+    colors = {"PASS": "#2e7d32", "FALLBACK": "#f9a825", "MISMATCH (rounding)": "#ef9a9a",
+              "MISMATCH": "#c62828", "ERROR": "#6a1b9a", "TIMEOUT": "#37474f", "SKIP": "#b0bec5"}
+
+    def cat(r):
+        return "MISMATCH (rounding)" if r["status"] == "MISMATCH" and r.get("rounding") else r["status"]
+
     labels = [f"{c}\n{d}" for d in dts for c in checks]
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(labels)), 4.2))
+    fig, ax = plt.subplots(figsize=(max(6, 1.0 * len(labels)), 4.6))
     bottom = [0] * len(labels)
-    for st in ORDER:
-        vals = [sum(1 for r in rows if r["dtype"] == d and r["check"] == c and r["status"] == st)
+    for st in colors:
+        vals = [sum(1 for r in rows if r["dtype"] == d and r["check"] == c and cat(r) == st)
                 for d in dts for c in checks]
         if any(vals):
             ax.bar(range(len(labels)), vals, bottom=bottom, color=colors[st], label=st)
@@ -237,7 +241,8 @@ def write_chart(path, db, rows):
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("modules" if db == "modules" else "optimizers")
     ax.set_title(f"torchneuron vs CPU over PyTorch's {'module_db' if db == 'modules' else 'optim_db'}")
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, ncol=len(colors), loc="upper center", bbox_to_anchor=(0.5, -0.16),
+              frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
