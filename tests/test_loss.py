@@ -355,3 +355,14 @@ def test_ctc_loss_errors_like_cpu(case):
             lp, t, torch.tensor([5.0, 5.0]), torch.tensor([2, 2])),
     }[case]
     check_raises(call, lp, t, native=False)
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.float16, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 4, 4), (0, 0)])
+def test_nll_loss_weight_of_another_dtype_raises_like_cpu(shape, weight_dtype):
+    """The CPU reads the class weights as the input's scalar type: "expected scalar type
+    Float but found Half" (module_db's nn.NLLLoss error input; the meta kernel accepts it)."""
+    c = shape[1]
+    x = torch.randn(*shape)
+    t = torch.zeros((shape[0],) + shape[2:], dtype=torch.long)
+    check_raises(torch.nn.functional.nll_loss, x, t, weight=torch.ones(c, dtype=weight_dtype))

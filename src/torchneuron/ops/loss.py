@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..numerics import cast, not_implemented, opmath
+from ..numerics import cast, not_implemented, opmath, scalar_type_name
 from ..lowering import lower, meta_kernel, out_dtype
 
 NONE, MEAN, SUM = 0, 1, 2
@@ -86,7 +86,15 @@ def _nll_backward(grad_output, x, target, weight, reduction, ignore_index, total
     return jnp.where(hot, jnp.expand_dims(val, cdim), jnp.zeros_like(xx))
 
 
-lower("nll_loss_forward.default", "nll_loss2d_forward.default")(_nll_forward)
+def _nll_check(self, target, weight, *rest):
+    """The CPU's and CUDA's kernels read the weight as the input's scalar type (PyTorch's
+    meta kernel does not check it)."""
+    if weight is not None and weight.dtype != self.dtype:
+        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found "
+                           f"{scalar_type_name(weight.dtype)}")
+
+
+lower("nll_loss_forward.default", "nll_loss2d_forward.default", check=_nll_check)(_nll_forward)
 lower("nll_loss_backward.default", "nll_loss2d_backward.default")(_nll_backward)
 
 

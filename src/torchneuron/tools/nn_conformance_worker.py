@@ -30,7 +30,10 @@ differ; every ``module_inputs_func`` sample):
   module keeps it on the device and its results; its ``state_dict`` loaded into
   a CPU module gives the CPU's results;
 * ``device_moves`` (``test_to``): CPU -> neuron -> CPU three times, each time
-  equal to a CPU module run the same way.
+  equal to a CPU module run the same way;
+* ``errors`` (``test_errors``): every ``module_error_inputs_func`` sample raises
+  on the device the error type and message upstream expects (a sample the CPU
+  does not reject that way either is a SKIP).
 
 Checks of an optimizer (per OptimizerInfo configuration, float32): a small
 least-squares problem (``W`` 4x3 and ``b``; an embedding with sparse gradients
@@ -75,7 +78,7 @@ from .conformance_worker import (_Fallbacks, _compare, _exc, _map, _ref_verdict,
 from .conformance_worker import _ref_errors
 
 MODULE_CHECKS = ("forward", "backward", "noncontiguous", "channels_last", "factory_kwargs", "pickle",
-                 "device_moves")
+                 "device_moves", "errors")
 OPTIM_CHECKS = ("steps", "foreach", "fused", "param_groups", "state_dict", "scheduler", "sparse")
 # upstream test -> the checks it carries (its DecorateInfo skips apply to them)
 MODULE_TESTS = {
@@ -85,6 +88,7 @@ MODULE_TESTS = {
     "test_factory_kwargs": ("factory_kwargs",),
     "test_pickle": ("pickle",),
     "test_to": ("device_moves",),
+    "test_errors": ("errors",),
 }
 OPTIM_TESTS = {
     "test_forloop_goes_right_direction": ("steps",),
@@ -454,6 +458,46 @@ def _module_sample(test, group, mi, inp, dtype, device, training, seed, rec):
         _record(rec, "device_moves", _judge(test, actual, expected, None, dtype, rec, "device_moves"), fb)
 
 
+def _error_sample(mi, ei, device, training, seed, rec):
+    """One ModuleErrorInput: the expected error on the CPU, then on the device."""
+    import re
+
+    import torch
+    from torch.testing._internal.common_modules import ModuleErrorEnum
+
+    inp = ei.module_error_input
+    ci, fi = inp.constructor_input, inp.forward_input
+
+    def attempt(dev):
+        torch.manual_seed(seed)
+        try:
+            if ei.error_on == ModuleErrorEnum.CONSTRUCTION_ERROR:
+                mi.module_cls(*ci.args, **ci.kwargs)
+            else:
+                m = mi.module_cls(*ci.args, **ci.kwargs).to(dev)
+                m.train(training)
+                args, kwargs = _copy_args(fi.args, fi.kwargs, dev)
+                m(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001
+            return e
+        return None
+
+    def matches(e):
+        return isinstance(e, ei.error_type) and re.search(ei.error_regex, str(e)) is not None
+
+    want = f"{ei.error_type.__name__} matching {ei.error_regex!r}"
+    cpu = attempt("cpu")
+    if not matches(cpu):
+        raise _Skip(f"the CPU does not raise {want} either ({_exc(cpu) if cpu else 'no error'})")
+    got = attempt(device)
+    if got is None:
+        _record(rec, "errors", ["MISMATCH", f"did not raise; expected {want}"])
+    elif not matches(got):
+        _record(rec, "errors", ["MISMATCH", f"raised {_exc(got)}; expected {want}"])
+    else:
+        _record(rec, "errors", ["PASS", ""])
+
+
 def _materialize_on(m, inp, device):
     import torch
 
@@ -481,8 +525,8 @@ def _describe_module_input(inp, training):
             return "{" + ", ".join(f"{k}={d(v)}" for k, v in x.items()) + "}"
         return repr(x)[:40]
 
-    return _short(f"{'train' if training else 'eval'}: {d(ci.args)} {d(ci.kwargs)} -> "
-                  f"{d(fi.args)} {d(fi.kwargs)}", 300)
+    fwd = f"{d(fi.args)} {d(fi.kwargs)}" if fi is not None else "(construction)"
+    return _short(f"{'train' if training else 'eval'}: {d(ci.args)} {d(ci.kwargs)} -> {fwd}", 300)
 
 
 # ---------------------------------------------------------------------------
@@ -738,6 +782,9 @@ class _Unit:
         self.started = True
         seed = zlib.crc32(f"{mi.name}|{dtype}|{training}".encode())
         torch.manual_seed(seed)  # the samples' random values: the same whatever ran before
+        if group == "test_errors":
+            self._run_errors(mi, dtype, device, training, seed)
+            return
         try:
             inputs = [i for i in mi.module_inputs_func(mi, device="cpu", dtype=dtype, requires_grad=True,
                                                        training=training) if i.forward_input is not None]
@@ -760,6 +807,28 @@ class _Unit:
                     rec.setdefault("checks", {}).setdefault(c, ["ERROR", "harness error: " + _exc(e)])
             self.send(("sample", rec))
             torch.neuron.synchronize() if hasattr(torch, "neuron") else None
+
+    def _run_errors(self, mi, dtype, device, training, seed):
+        if mi.module_error_inputs_func is None:
+            self.send(("note", {"checks": ("errors",), "sample_error": "the ModuleInfo has no error inputs"}))
+            return
+        try:
+            inputs = list(mi.module_error_inputs_func(mi, device="cpu", dtype=dtype, requires_grad=False,
+                                                       training=training))
+        except Exception as e:  # noqa: BLE001
+            self.send(("note", {"checks": ("errors",), "sample_error": "module_error_inputs_func: " + _exc(e)}))
+            return
+        for i in self._picked(len(inputs)):
+            ei = inputs[i]
+            rec = {"i": f"{'t' if training else 'e'}{i}",
+                   "desc": _describe_module_input(ei.module_error_input, training)}
+            try:
+                _error_sample(mi, ei, device, training, seed + i, rec)
+            except _Skip as e:
+                rec.setdefault("checks", {})["errors"] = ["SKIP", str(e)]
+            except Exception as e:  # noqa: BLE001
+                rec.setdefault("checks", {})["errors"] = ["ERROR", "harness error: " + _exc(e)]
+            self.send(("sample", rec))
 
     def run_optim(self, group, test, device, dtype, oi):
         self.started = True
