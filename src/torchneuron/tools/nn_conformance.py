@@ -282,7 +282,19 @@ def write_markdown(path, all_rows, all_runs):
              "ModuleInfo / OptimizerInfo PyTorch ships is run on the neuron device and on the CPU "
              "with the same state and inputs; upstream's DecorateInfo skips and tolerances for "
              "the test of the same name apply. A float32 MISMATCH is judged against a float64 "
-             "CPU run: 'pass or rounding' counts those whose device error is the CPU's order.", ""]
+             "CPU run: 'pass or rounding' counts those whose device error is the CPU's order "
+             "(at most 2x the CPU's own error against float64).", "",
+             "A row is one module (optimizer) x dtype x check; its status is the worst over the "
+             "samples (at most 16 per module x dtype x train/eval mode, spread over the "
+             "ModuleInfo's list; every optimizer configuration). A SKIP is a check that does not "
+             "apply (no 4-d/5-d input for channels_last, a constructor without device=/dtype=, no "
+             "foreach/fused implementation, no error inputs), a configuration the CPU itself "
+             "rejects, or upstream's own skip for the test of that name, with its reason.", "",
+             "Not covered: complex and reduced-precision dtypes (module_db lists float32 and "
+             "float64 for a PrivateUse1 device), double backward (gradgrad), the optimizers' "
+             "`capturable` and `differentiable` flags, and the four input x module memory "
+             "format combinations of upstream's test_memory_format (both are channels-last "
+             "here).", ""]
     for db in ("modules", "optims"):
         rows, runs = all_rows.get(db), all_runs.get(db) or []
         if not rows:
