@@ -692,10 +692,8 @@ def _rss_mb() -> float:
         return 0.0
 
 
-def main(conn, op_ids, dtype_names, log_path, max_samples=MAX_SAMPLES):
-    """Entry point of a worker process (multiprocessing, spawn)."""
-    global MAX_SAMPLES
-    MAX_SAMPLES = max_samples
+def worker_setup(log_path):
+    """A worker's stdout and stderr go to `log_path` (appended); warnings are silenced."""
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
@@ -704,6 +702,13 @@ def main(conn, op_ids, dtype_names, log_path, max_samples=MAX_SAMPLES):
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
     warnings.simplefilter("ignore")
+
+
+def main(conn, op_ids, dtype_names, log_path, max_samples=MAX_SAMPLES):
+    """Entry point of a worker process (multiprocessing, spawn)."""
+    global MAX_SAMPLES
+    MAX_SAMPLES = max_samples
+    worker_setup(log_path)
     try:
         import torch
 
@@ -722,6 +727,12 @@ def main(conn, op_ids, dtype_names, log_path, max_samples=MAX_SAMPLES):
     except BaseException:
         conn.send(("fatal", traceback.format_exc()))
         return
+    serve(conn, lambda oid, dtname: run_unit(cls, by_id[oid], DTYPES[dtname], conn.send))
+
+
+def serve(conn, run):
+    """A ready worker's loop: run(unit id, dtype name) for each unit the parent sends, then
+    an "end" message with the seconds, the memory and any harness error."""
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -730,10 +741,10 @@ def main(conn, op_ids, dtype_names, log_path, max_samples=MAX_SAMPLES):
             return
         if msg[0] == "stop":
             return
-        _, oid, dtname = msg
+        _, uid, dtname = msg
         t0 = time.perf_counter()
         try:
-            run_unit(cls, by_id[oid], DTYPES[dtname], conn.send)
+            run(uid, dtname)
             extra = {}
         except BaseException as e:  # a bug of the harness, or an exception escaping the body
             extra = {"harness_error": _exc(e) + " | " + _short(traceback.format_exc(), 1500)}

@@ -63,19 +63,13 @@ sample: when the device is as close to it as the CPU is, the row says
 from __future__ import annotations
 
 import copy
-import gc
 import io
-import os
-import sys
-import time
 import traceback
 import unittest
-import warnings
 import zlib
 
-from .conformance_worker import (_Fallbacks, _compare, _exc, _map, _ref_verdict, _rss_mb, _short,
-                                 _tensors)
-from .conformance_worker import _ref_errors
+from .conformance_worker import (_Fallbacks, _compare, _exc, _map, _ref_errors, _ref_verdict,
+                                 _short, _tensors, serve, worker_setup)
 
 MODULE_CHECKS = ("forward", "backward", "noncontiguous", "channels_last", "factory_kwargs", "pickle",
                  "device_moves", "errors")
@@ -951,14 +945,7 @@ def _items(db):
 
 def main(conn, db, ids, dtype_names, log_path, max_samples=MAX_SAMPLES):
     """Entry point of a worker process (multiprocessing, spawn)."""
-    if log_path:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-    warnings.simplefilter("ignore")
+    worker_setup(log_path)
     try:
         import torch
 
@@ -977,21 +964,5 @@ def main(conn, db, ids, dtype_names, log_path, max_samples=MAX_SAMPLES):
     except BaseException:
         conn.send(("fatal", traceback.format_exc()))
         return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg[0] == "stop":
-            return
-        _, name, dtname = msg
-        t0 = time.perf_counter()
-        try:
-            run_unit(cls, db, by_name[name], DTYPES[dtname], conn.send, max_samples)
-            extra = {}
-        except BaseException as e:  # noqa: BLE001
-            extra = {"harness_error": _exc(e) + " | " + _short(traceback.format_exc(), 1500)}
-        gc.collect()
-        extra.update(seconds=time.perf_counter() - t0, rss_mb=_rss_mb())
-        conn.send(("end", extra))
+    serve(conn, lambda name, dtname: run_unit(cls, db, by_name[name], DTYPES[dtname], conn.send,
+                                              max_samples))
