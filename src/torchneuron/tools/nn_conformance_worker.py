@@ -195,8 +195,8 @@ def _construct(mi, inp, to_dtype, seed, factory=None):
     return mi.module_cls(*ci.args, **ci.kwargs).to(to_dtype)
 
 
-def _materialize(m, inp):
-    """A lazy module's parameters get their shapes from a first (CPU) forward."""
+def _materialize(m, inp, device="cpu"):
+    """A lazy module's parameters get their shapes from a first forward (on `device`)."""
     import torch
 
     from torch.nn.modules.lazy import LazyModuleMixin
@@ -204,7 +204,7 @@ def _materialize(m, inp):
     if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params():
         with torch.no_grad():
             fi = inp.forward_input
-            args, kwargs = _copy_args(fi.args, fi.kwargs, "cpu")
+            args, kwargs = _copy_args(fi.args, fi.kwargs, device)
             m(*args, **kwargs)
     return m
 
@@ -390,7 +390,7 @@ def _module_sample(test, group, mi, inp, dtype, device, training, seed, rec):
         try:
             with _Fallbacks() as fb:
                 dev_m = _construct(mi, inp, dtype, seed, factory={"device": device, "dtype": dtype})
-                dev_m = _materialize_on(dev_m, inp, device)
+                dev_m = _materialize(dev_m, inp, device)
                 wrong = [f"{n}: {t.device}/{t.dtype}" for n, t in
                          list(dev_m.named_parameters()) + list(dev_m.named_buffers())
                          if t.device.type != torch.device(device).type or
@@ -492,19 +492,6 @@ def _error_sample(mi, ei, device, training, seed, rec):
         _record(rec, "errors", ["PASS", ""])
 
 
-def _materialize_on(m, inp, device):
-    import torch
-
-    from torch.nn.modules.lazy import LazyModuleMixin
-
-    if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params():
-        with torch.no_grad():
-            fi = inp.forward_input
-            args, kwargs = _copy_args(fi.args, fi.kwargs, device)
-            m(*args, **kwargs)
-    return m
-
-
 def _describe_module_input(inp, training):
     ci, fi = inp.constructor_input, inp.forward_input
 
@@ -530,20 +517,10 @@ def _describe_module_input(inp, training):
 def _problem(optim_info, device, dtype, seed):
     """(params, closure factory) of the small problem an optimizer is stepped on."""
     import torch
-    import torch.nn.functional as F
 
+    if optim_info.only_supports_sparse_grads:
+        return _sparse_problem(device, dtype, seed)
     g = torch.Generator().manual_seed(seed)
-    sparse = optim_info.only_supports_sparse_grads
-    if sparse:
-        w = torch.randn(10, 3, generator=g, dtype=torch.float64)
-        idx = torch.tensor([1, 3, 3, 7])
-        tgt = torch.randn(4, 3, generator=g, dtype=torch.float64)
-        params = [w.to(device=device, dtype=dtype).requires_grad_()]
-        i_d, t_d = idx.to(device), tgt.to(device=device, dtype=dtype)
-
-        def loss_fn():
-            return ((F.embedding(i_d, params[0], sparse=True) - t_d) ** 2).sum()
-        return params, loss_fn
     x = torch.randn(8, 3, generator=g, dtype=torch.float64)
     y = torch.randn(8, 4, generator=g, dtype=torch.float64)
     w = torch.randn(4, 3, generator=g, dtype=torch.float64)
