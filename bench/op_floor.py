@@ -75,7 +75,7 @@ def main(argv=None):
         return entry.cache.get(tuple(toks))
 
     res = exe.fn(ax, ay)
-    sp = exe.outs[0]
+    sp = exe.news[0]
 
     def result_tensor():
         return storage.make_tensor(res[0], sp[0], sp[1], sp[2], sp[3], 0, sp.nbytes)

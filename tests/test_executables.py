@@ -171,7 +171,7 @@ def test_layout_sweep_compiles_the_op_once_per_shape():
     """PyTorch's test_baddbmm sweeps 216 memory layouts of its three inputs: past
     LAYOUT_VARIANTS layouts of one shape the op runs on dense copies (one more executable)
     instead of compiling per layout; every result equals the CPU's."""
-    from torchneuron.dispatch import entry
+    from torchneuron.dispatch import entry, layouts
 
     g = torch.Generator().manual_seed(0)
     x, b1, b2 = (torch.randn(s, generator=g) for s in ((4, 5, 7), (4, 5, 3), (4, 3, 7)))
@@ -183,7 +183,7 @@ def test_layout_sweep_compiles_the_op_once_per_shape():
         assert r.stride() == expected.stride()
         torch.testing.assert_close(r.cpu(), expected, atol=1e-5, rtol=1e-5)
     built = entry.cache_misses["aten::baddbmm"] - before
-    assert built <= entry.LAYOUT_VARIANTS + 1, built
+    assert built <= layouts.LAYOUT_VARIANTS + 1, built
 
 
 @pytest.mark.parametrize("op", [torch.add, torch.mul, torch.maximum])
@@ -199,3 +199,57 @@ def test_layout_sweep_keeps_the_layouts_results_follow(op):
         r = op(_perm_view(a.to(DEV), p1), _perm_view(b.to(DEV), p2))
         assert r.stride() == expected.stride(), (p1, p2)
         torch.testing.assert_close(r.cpu(), expected)
+
+
+# ---------------------------------------------------------------- one capped cache mechanism
+def test_jit_cache_keeps_at_most_its_cap():
+    c = runtime.JitCache("test cache", 8)
+    for i in range(8 + 50):
+        assert c.put(("k", i), i) == i
+        assert len(c) <= 8
+    assert list(c) == [("k", i) for i in range(50, 58)] and c.evictions == 50
+    c.put(("k", 57), -1)  # an existing key: replaced, nothing evicted
+    assert len(c) == 8 and c.evictions == 50 and c[("k", 57)] == -1
+    assert runtime.jit_caches()["test cache"]["evictions"] >= 50
+
+
+def test_every_executable_cache_is_capped():
+    """Eager executables, compiled graphs, fused programs and storage's small device
+    functions all live in JitCaches with a finite cap (one mechanism)."""
+    import torchneuron
+
+    x = torch.randn(4, 4).to(DEV)
+    (x + 1).cpu()
+    torch.zeros(3, device=DEV).cpu()
+    x.untyped_storage().resize_(x.untyped_storage().nbytes() + 4)
+    with torchneuron.eager_mode("fused"):
+        for _ in range(2):
+            y = x * 2 + 1
+        y.cpu()
+    torch.compile(lambda a: a.sin() + 1, backend="neuron")(x).cpu()
+    caches = runtime.jit_caches()
+    for name in ("eager executables", "compiled graphs", "fused programs", "storage zeros",
+                 "storage resize", "storage device functions"):
+        assert name in caches, (name, sorted(caches))
+    for name, c in caches.items():
+        assert 0 < c["cap"] < 10**7 and c["entries"] <= c["caches"] * c["cap"], (name, c)
+
+
+def test_an_entry_past_its_cap_keeps_computing_right():
+    """One op over cap + 50 shapes with a small cap: the cache stays at the cap (the
+    oldest executables go) and every result equals the CPU's."""
+    from torchneuron.dispatch import registry
+
+    kern = registry.registered(torch.ops.aten.neg.default)
+    entry = getattr(kern, "entry", kern)
+    cap = 6
+    saved, entry.cache.cap = entry.cache.cap, cap
+    try:
+        for n in range(1, cap + 51):
+            x = torch.arange(float(n)) - 3.5
+            assert torch.equal((-x.to(DEV)).cpu(), -x)
+            assert len(entry.cache) <= cap
+        x = torch.arange(1.0) - 3.5  # the first shape again: evicted, built once more
+        assert torch.equal((-x.to(DEV)).cpu(), -x)
+    finally:
+        entry.cache.cap = saved

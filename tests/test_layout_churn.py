@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import torchneuron
-from torchneuron.dispatch import entry
+from torchneuron.dispatch import entry, layouts
 
 DEV = torch.device("neuron:0")
-N_LAYOUTS = entry.LAYOUT_VARIANTS + 52
+N_LAYOUTS = layouts.LAYOUT_VARIANTS + 52
 
 
 @pytest.fixture(params=["op", "fused"])
@@ -105,4 +105,53 @@ def test_clone_stops_compiling_per_layout():
     for cpu, dev in _columns():
         assert torch.equal(dev.clone(memory_format=torch.contiguous_format).cpu(), cpu)
     built = entry.cache_misses[name] - before
-    assert built <= entry.LAYOUT_VARIANTS + 1, built
+    assert built <= layouts.LAYOUT_VARIANTS + 1, built
+
+
+def _key(*tensors):
+    """The part of an entry's cache key the layout policy reads (the tensors' tokens)."""
+    from torchneuron import storage
+    from torchneuron.dispatch.executable import Walk
+
+    w = Walk()
+    return tuple(w.cell_token(t, storage.cell_of(t)) for t in tensors)
+
+
+def _policy_answers(op, views):
+    """The layout policy's answers for `op` called on each view in turn (one argument)."""
+    policy = layouts.LayoutPolicy(op, cap=64)
+    return [policy.dense(_key(v), (v,), {}) for v in views]
+
+
+def test_layout_policy_densifies_after_the_variants_when_results_keep_their_layout():
+    """abs of a column view (its result is dense (3, 1) either way): compiled for the first
+    LAYOUT_VARIANTS layouts, then run on dense copies; each layout counted once."""
+    views = [torch.randn(3, n).to(DEV)[:, :1] for n in range(2, 2 + layouts.LAYOUT_VARIANTS + 3)]
+    got = _policy_answers(torch.ops.aten.abs.default, views)
+    assert got == [False] * layouts.LAYOUT_VARIANTS + [True] * 3
+
+
+def test_layout_policy_keeps_compiling_where_results_follow_the_input_layout():
+    """clone (preserve_format) of the 24 permutations of a (3, 3, 3, 3) tensor (one shape,
+    24 layouts) returns each permutation's strides: dense copies would change what the
+    caller sees, so every layout compiles."""
+    import itertools
+
+    base = torch.randn(3, 3, 3, 3).to(DEV)
+    views = [base.permute(p) for p in itertools.permutations(range(4))]
+    assert not any(_policy_answers(torch.ops.aten.clone.default, views))
+    # the same layouts through abs, whose results also follow them: never densified
+    assert not any(_policy_answers(torch.ops.aten.abs.default, views))
+
+
+def test_layout_policy_never_densifies_dense_inputs():
+    views = [torch.randn(3, 1).to(DEV) for _ in range(layouts.LAYOUT_VARIANTS + 3)]
+    assert not any(_policy_answers(torch.ops.aten.abs.default, views))
+
+
+def test_layout_policy_dense_ok_false_always_compiles():
+    """The second run of a densified call (dense_ok False) compiles: it never densifies
+    again (the recursion of issue 31)."""
+    policy = layouts.LayoutPolicy(torch.ops.aten.abs.default, cap=64)
+    views = [torch.randn(3, n).to(DEV)[:, :1] for n in range(2, 2 + layouts.LAYOUT_VARIANTS + 3)]
+    assert not any(policy.dense(_key(v), (v,), {}, dense_ok=False) for v in views)

@@ -20,8 +20,8 @@ def dump_dir():
 
 
 def summary_line(exe, ninputs, seconds):
-    return (f"{exe.name}: ops={exe.nops} inputs={ninputs} outputs={len(exe.outs)} "
-            f"mutated_inputs={len(exe.writes) + len(exe.cpu_writes)} random_ops={exe.nrandom} "
+    return (f"{exe.name}: ops={exe.nops} inputs={ninputs} outputs={exe.nouts} "
+            f"mutated_inputs={len(exe.writes) + len(exe.host_writes)} random_ops={exe.nrandom} "
             f"compile_s={seconds:.3f}")
 
 

@@ -16,22 +16,22 @@ through the eager dispatcher (which may fall back to the CPU).
 """
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import operator
-import sys
 import time
 import warnings
-from typing import NamedTuple
 
 import jax
 import numpy as np
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .. import config, dispatch, interpret, runtime, storage
-from ..dispatch.executable import Walk, dense_strides, layout
+from .. import config, interpret, runtime, storage
+from ..dispatch.executable import Walk, dense_strides, fill, layout
+from ..dispatch.plan import (Arg, ArgView, Const, Dyn, New, NewView, Off, OutSpec, Seq, Slot,
+                             resolve)
+from ..dispatch.runner import Executable, run
 from ..interpret import Unlowerable
 from . import cache, dump
 from .counters import STATS
@@ -176,74 +176,11 @@ def _propagate(gm, args):
 
 
 def _out_layout(m):
-    """(dtype, shape, strides, nbytes) a new output takes (PyTorch's strides when dense)."""
+    """The OutSpec a new output takes (PyTorch's strides when dense)."""
     shape = tuple(int(s) for s in m.shape)
     strides = dense_strides(shape, tuple(int(s) for s in m.stride()))
-    return Layout(m.dtype, shape, strides, math.prod(shape) * m.dtype.itemsize,
-                  m.device.type == "cpu")
-
-
-# ---------------------------------------------------------------- executables
-# how each placeholder is read inside the trace
-class CellIn(NamedTuple):
-    slot: int  # input slot of the tensor's cell
-    spec: tuple  # its view (dtype, shape, strides, offset or ("off", k))
-
-
-class HostIn(NamedTuple):
-    array: int  # which host-tensor input array (_dyn_inputs)
-    item: int | None  # the 0-d value's position in a packed array, None: the whole array
-
-
-class ValueIn(NamedTuple):
-    value: object  # a Python value baked into the executable
-
-
-# how each output leaf comes back
-class Layout(NamedTuple):
-    dtype: torch.dtype
-    shape: tuple
-    strides: tuple
-    nbytes: int
-    on_cpu: bool  # a CPU result (copied back: a sync)
-
-
-class NewOut(NamedTuple):
-    index: int | None  # position among the executable's new results (None while planning)
-    layout: Layout | None = None
-
-
-class InputOut(NamedTuple):
-    arg: int  # an input returned as it is
-
-
-class InputViewOut(NamedTuple):
-    arg: int  # a view of input `arg`
-    dtype: torch.dtype
-    shape: tuple
-    strides: tuple
-    offset: int  # bytes, relative to the input's own storage offset (dtypes may differ)
-
-
-class OutputViewOut(NamedTuple):
-    leaf: int  # a view of another (new) output: its leaf, later its new-result index
-    dtype: torch.dtype
-    shape: tuple
-    strides: tuple
-    offset: int
-
-
-class ConstOut(NamedTuple):
-    value: object
-
-
-class DupOut(NamedTuple):
-    leaf: int  # the same value as an earlier leaf
-
-
-class _Exe:
-    __slots__ = ("fn", "fn_plain", "plain_builder", "lowered", "donate", "outs", "new_specs",
-                 "writes", "cpu_writes", "nrandom", "index", "out_bytes", "nops", "name")
+    return OutSpec(m.dtype, shape, strides, 0, math.prod(shape) * m.dtype.itemsize,
+                   m.device.type == "cpu")
 
 
 def _flatten_out(v, leaves):
@@ -254,11 +191,12 @@ def _flatten_out(v, leaves):
     return len(leaves) - 1
 
 
-def _unflatten_out(tmpl, values):
+def _plan_tree(tmpl, plans):
+    """The output template with each leaf's plan: the graph's return plan."""
     if isinstance(tmpl, int):
-        return values[tmpl]
+        return plans[tmpl]
     kind, parts = tmpl
-    return kind(_unflatten_out(p, values) for p in parts)
+    return Seq(kind, tuple(_plan_tree(p, plans) for p in parts))
 
 
 class CompiledGraph:
@@ -271,7 +209,7 @@ class CompiledGraph:
         self.gm = gm
         self.name = name
         self.options = options
-        self.cache = collections.OrderedDict()
+        self.cache = runtime.JitCache("compiled graphs", CACHE_SIZE)
         self.builds = 0
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
@@ -310,87 +248,7 @@ class CompiledGraph:
                 return self.split(*args)
         else:
             STATS.cache_hits += 1
-        index = exe.index
-        inputs = w.arrays
-        if w.dyn:
-            inputs = inputs + _dyn_inputs(w.dyn, index)
-        if w.offs:
-            inputs = inputs + [storage.dyn_scalar(o, index) for o in w.offs]
-        if exe.nrandom:
-            from .. import device
-
-            inputs = inputs + [device.next_rng_input(index, exe.nrandom)]
-        if exe.out_bytes:
-            storage.check_room(index, exe.out_bytes)
-        fn = exe.fn
-        if exe.donate:
-            # donate a cell's buffer only when the cell is its sole owner: another cell
-            # may hold the same jax array (jit forwards unchanged inputs).  Owners we
-            # know of: the cell, w.arrays, `inputs` when it is a new list, getrefcount.
-            arrays = w.arrays
-            # this graph runs after the last dispatch: it becomes the one synchronize()
-            # waits for, and the last results' reference must not stop a donation
-            runtime.LAST_DISPATCH.pop(index, None)
-            limit = 3 if inputs is arrays else 4
-            for s in exe.donate:
-                if sys.getrefcount(arrays[s]) > limit:
-                    fn = exe.fn_plain or self._plain(exe)
-                    STATS.donations_skipped += 1
-                    break
-        try:
-            res = fn(*inputs)
-        except Exception as e:  # noqa: BLE001
-            raise dispatch.translate_runtime_error(e, index) from None
-        runtime.LAST_DISPATCH[index] = res
-        return self._finish(exe, res, args, w)
-
-    def _finish(self, exe, res, args, w):
-        specs = exe.new_specs
-        nnew = len(specs)
-        if exe.writes:
-            cells = w.cells
-            for j, slot in enumerate(exe.writes):
-                cells[slot].arr = res[nnew + j]
-        if exe.cpu_writes:
-            base = nnew + len(exe.writes)
-            for j, i in enumerate(exe.cpu_writes):
-                t = args[i]
-                with torch.no_grad():
-                    t.copy_(storage.to_host(res[base + j], t.dtype).reshape(t.shape))
-        index = exe.index
-        new = [storage.make_tensor(res[k], sp.dtype, sp.shape, sp.strides, 0, index, sp.nbytes)
-               if not sp.on_cpu
-               else storage.to_host(res[k], sp.dtype).reshape(sp.shape)  # a CPU result: a sync
-               for k, sp in enumerate(specs)]
-        values = []
-        for p in exe.outs:
-            kind = type(p)
-            if kind is NewOut:
-                values.append(new[p.index])
-            elif kind is InputOut:
-                values.append(args[p.arg])
-            elif kind is ConstOut:
-                values.append(p.value)
-            elif kind is DupOut:
-                values.append(values[p.leaf])
-            elif kind is InputViewOut:
-                src = args[p.arg]
-                t = storage.new_shell(index, p.dtype)
-                off = (src.storage_offset() * src.element_size() + p.offset) // p.dtype.itemsize
-                values.append(storage.set_metadata(t, src.untyped_storage(), off, p.shape,
-                                                   p.strides))
-            else:  # OutputViewOut
-                src = new[p.leaf]
-                t = storage.new_shell(index, p.dtype)
-                values.append(storage.set_metadata(t, src.untyped_storage(), p.offset, p.shape,
-                                                   p.strides))
-        return _unflatten_out(self.out_tmpl, values)
-
-    @staticmethod
-    def _plain(exe):
-        """The same executable without buffer donation (compiled on first need)."""
-        exe.fn_plain = exe.plain_builder()
-        return exe.fn_plain
+        return run(exe, w, _dyn_inputs(w.dyn, exe.index) if w.dyn else None, args)
 
     # ------------------------------------------------------------ build time
     def _build(self, key, args, w):
@@ -420,17 +278,15 @@ class CompiledGraph:
             log.info("torchneuron.compile: recompiling %s for new input shapes %s (%d builds)",
                      self.name, _shapes(args), self.builds)
         log.info("torchneuron.compile: compiled %s: %d ops, %d inputs, %d outputs in %.2fs",
-                 exe.name, exe.nops, len(args), len(exe.outs), dt)
+                 exe.name, exe.nops, len(args), exe.nouts, dt)
         dump.write(exe, len(args), dt)
         capture = (self.options or {}).get("capture")
         if capture is not None:
             capture.append(exe.lowered.as_text())
         exe.lowered = None  # the MLIR module is big; the executable is what runs
         if len(self.cache) >= CACHE_SIZE:
-            self.cache.popitem(last=False)
             STATS.evictions += 1
-        self.cache[key] = exe
-        return exe
+        return self.cache.put(key, exe)
 
     def _metas(self, args):
         if self.static_metas is not None:
@@ -444,33 +300,31 @@ class CompiledGraph:
         noffs = len(w.offs)
         has_rng = self.maybe_random
 
-        # how each placeholder is read
+        # how each placeholder is read: a view of a cell, a host input, a baked value
         in_plans = []
         off_k = 0
-        for i, (a, tok) in enumerate(zip(args, w.toks)):
+        dyn_plans, ndyn = _dyn_plans(w.dyn)
+        dyn_k = 0
+        for a, tok in zip(args, w.toks):
             if isinstance(a, Tensor) and tok[0] != "cpu":
                 off = tok[4]
                 if off == -1:
-                    off = ("off", off_k)
+                    off = Off(off_k)
                     off_k += 1
-                in_plans.append(CellIn(tok[0], (a.dtype, tuple(a.shape), tuple(a.stride()), off)))
+                in_plans.append(Slot(tok[0], (a.dtype, tuple(a.shape), tuple(a.stride()), off)))
             elif isinstance(a, Tensor):
-                in_plans.append(None)  # a host tensor: placed below
-            else:
-                in_plans.append(ValueIn(a))
-        dyn_plans, ndyn = _dyn_plans(w.dyn)
-        dyn_k = 0
-        for j, p in enumerate(in_plans):
-            if p is None:
-                in_plans[j] = HostIn(*dyn_plans[dyn_k])
+                in_plans.append(Dyn(*dyn_plans[dyn_k]))
                 dyn_k += 1
+            else:
+                in_plans.append(a)
 
         # outputs: inputs returned as they are, views of inputs, or new tensors
-        out_plans, new_nodes = self._plan_outputs(args, metas)
+        leaf_plans, news, consts = self._plan_outputs(args, metas)
+        new_leaves = [k for k, p in enumerate(leaf_plans) if type(p) is New]
         write_plans = []
         cpu_writes = []
         for i in self.mutated:
-            if type(in_plans[i]) is CellIn:
+            if type(in_plans[i]) is Slot:
                 write_plans.append(i)
             else:
                 cpu_writes.append(i)
@@ -482,42 +336,24 @@ class CompiledGraph:
 
         trace_info = {}
 
-        def spec_of(plan, offs):
-            sp = plan.spec
-            if isinstance(sp[3], tuple):
-                return (sp[0], sp[1], sp[2], offs[sp[3][1]])
-            return sp
-
         def traced(*inputs):
             slots = list(inputs[:ncells])
             dyn = inputs[ncells:ncells + ndyn]
             offs = inputs[ncells + ndyn:ncells + ndyn + noffs]
             rng = inputs[ncells + ndyn + noffs] if has_rng else None
-            vals = []
-            for p in in_plans:
-                kind = type(p)
-                if kind is CellIn:
-                    vals.append(storage.read_view(slots[p.slot], spec_of(p, offs)))
-                elif kind is HostIn:
-                    vals.append(dyn[p.array] if p.item is None else dyn[p.array][p.item])
-                else:
-                    vals.append(p.value)
+            vals, _ = fill(in_plans, {}, slots, dyn, offs)
             muts = {}
             stats = {}
             outs = interpret.run_graph(gm, vals, device=index, rng=rng, metas=metas,
-                                    mutations=muts, stats=stats)
+                                       mutations=muts, stats=stats)
             trace_info.update(stats)
             leaves = []
             _flatten_out(outs, leaves)
             trace_info["leaves"] = leaves
-            results = []
-            for k in new_nodes:
-                v = leaves[k]
-                sp = out_plans[k].layout
-                results.append(layout(v, (sp.dtype, sp.shape, sp.strides)))
+            results = [layout(leaves[k], news[j]) for j, k in enumerate(new_leaves)]
             for i in write_plans:
                 p = in_plans[i]
-                slots[p.slot] = storage.write_view(slots[p.slot], spec_of(p, offs), muts[i])
+                slots[p.slot] = storage.write_view(slots[p.slot], resolve(p.spec, offs), muts[i])
             return (tuple(results) + tuple(slots[s] for s in write_slots)
                     + tuple(muts[i] for i in cpu_writes))
 
@@ -540,47 +376,24 @@ class CompiledGraph:
             log.debug("torchneuron.compile: %s traced+lowered in %.2fs, XLA compiled in %.2fs",
                       self.name, t1 - t0, time.perf_counter() - t1)
 
-        exe = _Exe()
-        exe.fn = compiled
-        exe.fn_plain = None
-        exe.donate = donate
-
-        def plain_builder():
-            with cache.compiling():
-                return jax.jit(traced, out_shardings=sharding).trace(*sample).lower().compile()
-
-        exe.plain_builder = plain_builder
-        exe.lowered = lowered
-        exe.index = index
-        exe.nrandom = trace_info.get("random", 0) if has_rng else 0
-        exe.writes = write_slots
-        exe.cpu_writes = cpu_writes
-        exe.nops = trace_info.get("ops", self.nops)
         leaves = trace_info["leaves"]
-        outs = []
-        specs = []
-        new_index = {}
-        for k, p in enumerate(out_plans):
-            kind = type(p)
-            if kind is NewOut:
-                new_index[k] = len(specs)
-                outs.append(NewOut(len(specs)))
-                specs.append(p.layout)
-            elif kind is ConstOut:
-                outs.append(ConstOut(_concrete(leaves[k])))
-            elif kind is OutputViewOut:
-                outs.append(p._replace(leaf=new_index[p.leaf]))
-            else:
-                outs.append(p)
-        exe.outs = outs
-        exe.new_specs = specs
-        exe.out_bytes = sum(sp.nbytes for sp in specs if not sp.on_cpu)
+        for k in consts:  # values the trace computed (a SymInt, a bool)
+            leaf_plans[k] = Const(_concrete(leaves[k]))
+        exe = Executable(compiled, index, news, write_slots, _plan_tree(self.out_tmpl, leaf_plans),
+                         nrandom=trace_info.get("random", 0) if has_rng else 0)
+        exe.host_writes = cpu_writes
+        exe.donate = donate
+        exe.undonated = _undonated(exe, traced, sharding, sample)
+        exe.lowered = lowered
+        exe.nops = trace_info.get("ops", self.nops)
+        exe.nouts = len(leaf_plans)
         exe.name = self.name if self.builds == 0 else f"{self.name}_v{self.builds}"
         return exe
 
     def _plan_outputs(self, args, metas):
-        """A plan per output leaf (NewOut, InputOut, InputViewOut, OutputViewOut, ConstOut,
-        DupOut) and the leaves that are new results."""
+        """A return plan per output leaf (New, Arg, ArgView, NewView, Const; a leaf met
+        again gets the same plan object), the new results' OutSpecs, and the leaves
+        whose Const the trace fills in."""
         pidx = {n: i for i, n in enumerate(self.placeholders)}
         in_store = {}
         for n, i in pidx.items():
@@ -588,14 +401,16 @@ class CompiledGraph:
             if isinstance(m, Tensor) and isinstance(args[i], Tensor) and args[i].device.type == "neuron":
                 in_store.setdefault(StorageWeakRef(m.untyped_storage()), (i, m))
         plans = []
+        news = []
+        consts = []
         new_store = {}
         seen = {}
         for k, leaf in enumerate(self.out_leaves):
             if not isinstance(leaf, torch.fx.Node):
-                plans.append(ConstOut(leaf))
+                plans.append(Const(leaf))
                 continue
             if leaf in seen:
-                plans.append(DupOut(seen[leaf]))
+                plans.append(plans[seen[leaf]])
                 continue
             seen[leaf] = k
             src = leaf
@@ -603,11 +418,12 @@ class CompiledGraph:
                     and leaf.args[0] in pidx):
                 src = leaf.args[0]
             if src in pidx and isinstance(args[pidx[src]], Tensor):
-                plans.append(InputOut(pidx[src]))
+                plans.append(Arg(pidx[src]))
                 continue
             m = metas.get(leaf)
             if not isinstance(m, Tensor):
-                plans.append(ConstOut(None))
+                consts.append(k)
+                plans.append(Const(None))
                 continue
             ref = StorageWeakRef(m.untyped_storage())
             hit = in_store.get(ref)
@@ -615,23 +431,22 @@ class CompiledGraph:
             strides = tuple(int(s) for s in m.stride())
             # (a view may have another dtype than its base: view(dtype))
             if hit is not None:
-                plans.append(InputViewOut(hit[0], m.dtype, shape, strides,
-                                          int(m.storage_offset()) * m.dtype.itemsize
-                                          - int(hit[1].storage_offset()) * hit[1].dtype.itemsize))
+                plans.append(ArgView(hit[0], m.dtype, shape, strides,
+                                     int(m.storage_offset()) * m.dtype.itemsize
+                                     - int(hit[1].storage_offset()) * hit[1].dtype.itemsize))
                 continue
             base = new_store.get(ref)
             if base is not None:
-                plans.append(OutputViewOut(base[0], m.dtype, shape, strides,
-                                           int(m.storage_offset())))
+                plans.append(NewView(base, m.dtype, shape, strides, int(m.storage_offset())))
                 continue
-            lay = _out_layout(m)
-            plans.append(NewOut(None, lay))
+            sp = _out_layout(m)
+            plans.append(New(len(news)))
+            news.append(sp)
             # later outputs may alias this one when it is laid out exactly as PyTorch's
-            if (lay.strides == strides and int(m.storage_offset()) == 0
-                    and m.untyped_storage().nbytes() == lay.nbytes):
-                new_store.setdefault(ref, (k, m))
-        new_nodes = [k for k, p in enumerate(plans) if type(p) is NewOut]
-        return plans, new_nodes
+            if (sp.strides == strides and int(m.storage_offset()) == 0
+                    and m.untyped_storage().nbytes() == sp.nbytes):
+                new_store.setdefault(ref, len(news) - 1)
+        return plans, news, consts
 
     # ------------------------------------------------------------ split graphs
     def _host_nodes(self):
@@ -774,6 +589,21 @@ class _Unboxed:
 
     def __call__(self, *args):
         return self.cg(list(args))
+
+
+def _undonated(exe, traced, sharding, sample):
+    """() -> `exe` without buffer donation (compiled on first need), for a call whose
+    buffer has another owner; each such call is counted."""
+    plain = []
+
+    def undonated():
+        STATS.donations_skipped += 1
+        if not plain:
+            with cache.compiling():
+                plain.append(jax.jit(traced, out_shardings=sharding).trace(
+                    *sample).lower().compile())
+        return plain[0]
+    return undonated
 
 
 def _concrete(v):

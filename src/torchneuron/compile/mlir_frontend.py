@@ -17,7 +17,6 @@ Needs the optional dependency: ``pip install 'torchneuron[torch-mlir]'``.
 """
 from __future__ import annotations
 
-import collections
 import copy
 import logging
 import os
@@ -148,7 +147,7 @@ class MlirGraph:
         self._boxed_call = True
         self.gm = gm
         self.name = name
-        self.cache = collections.OrderedDict()
+        self.cache = runtime.JitCache("compiled graphs (torch-mlir)", _graph.CACHE_SIZE)
         out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
         leaves = []
         self.out_tmpl = _graph._flatten_out(out.args[0], leaves)
@@ -164,9 +163,8 @@ class MlirGraph:
         if ent is None:
             ent = self._build(args)
             if len(self.cache) >= _graph.CACHE_SIZE:
-                self.cache.popitem(last=False)
                 _graph.STATS.evictions += 1
-            self.cache[key] = ent
+            self.cache.put(key, ent)
         else:
             _graph.STATS.cache_hits += 1
         exe, tensor_inputs, outs, index = ent
@@ -187,7 +185,7 @@ class MlirGraph:
                 k += 1
             else:
                 values.append(p[0])
-        return _graph._unflatten_out(self.out_tmpl, values)
+        return _unflatten(self.out_tmpl, values)
 
     def _build(self, args):
         fx, OutputType = _torch_mlir()
@@ -263,3 +261,11 @@ class MlirGraph:
                 f.write(f"{self.name}: frontend=torch-mlir inputs={len(args)} "
                         f"outputs={len(outs)} compile_s={dt:.3f}\n")
         return exe, tensor_inputs, outs, index
+
+
+def _unflatten(tmpl, values):
+    """The output structure (compile/graph.py's _flatten_out template) with its leaves."""
+    if isinstance(tmpl, int):
+        return values[tmpl]
+    kind, parts = tmpl
+    return kind(_unflatten(p, values) for p in parts)

@@ -215,7 +215,7 @@ def fill(targs, tkw, slots, dyn, offs=()):
             r = storage.read_view(slots[v.slot], resolve(v.spec, offs))
             return storage.apply_flags(r, v.flags) if v.flags else r
         if isinstance(v, Dyn):
-            return dyn[v.i]
+            return dyn[v.i] if v.item is None else dyn[v.i][v.item]
         if isinstance(v, list):
             return [f(x) for x in v]
         return v

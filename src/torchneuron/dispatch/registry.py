@@ -32,7 +32,8 @@ from .. import lowering
 from ..lowering import LOWERINGS, METAS, DuplicateRegistration, family_of, resolve, where_of
 from . import meta as _meta
 from .bounds import first_bad
-from .entry import Entry, out_kernel
+from .entry import Entry
+from .out import out_kernel
 from .schema import functional_of, inplace_variants, out_variants, schema
 
 aten = torch.ops.aten
@@ -125,6 +126,29 @@ def entry_for(op, low_op=None, mode=None):
     if e is None:
         e = _entries[key] = Entry(op, LOWERINGS[low_op], mode or _mode(schema(op)))
     return e
+
+
+class LazyEntry:
+    """:func:`entry_for`'s Entry, found at the first call: an eager kernel module may hold
+    one at import, before the lowering table is loaded, so nothing depends on the order
+    in which modules are imported."""
+
+    __slots__ = ("args", "entry")
+
+    def __init__(self, *args):
+        self.args = args
+        self.entry = None
+
+    def __call__(self, *args, **kwargs):
+        e = self.entry
+        if e is None:
+            e = self.entry = entry_for(*self.args)
+        return e(*args, **kwargs)
+
+
+def lazy_entry(op, low_op=None, mode=None) -> LazyEntry:
+    """:func:`entry_for` for a module's import time (see :class:`LazyEntry`)."""
+    return LazyEntry(op, low_op, mode)
 
 
 def fallthrough(key):

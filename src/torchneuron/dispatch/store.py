@@ -1,7 +1,7 @@
 """The eager executable store: compiled eager executables on disk, keyed by the eager
 cache key itself.
 
-jax's persistent compilation cache (runtime.persistent_cache) is keyed by the lowered
+jax's persistent compilation cache (persist.persistent_cache) is keyed by the lowered
 module, so a warm process still traces every op's lowering to a jaxpr and lowers it to
 StableHLO before it finds the executable on disk: for the first ``generate()`` of a tiny
 GPT-2 that trace and lowering were 3.5 of 4.7 s.  This store is keyed by what the eager
@@ -30,15 +30,16 @@ again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import pickle
-import warnings
 import weakref
 
 import jax
 
 from .. import persist, runtime
+from .plan import COMPILED, FIRST_CALL
 
 PREFIX = "tn-eager-"
 SUFFIX = "-cache"
@@ -57,33 +58,17 @@ STATS = _Stats()
 _version = None
 _loaded = weakref.WeakSet()  # executables whose fn is a loaded/compiled jax executable
 _hooked = False
-_private: dict = {}  # persistent cache folder -> (its path, HMAC key) or None (refused)
 
 
 def folder():
     """The store's folder (the persistent cache's, made private), or None when it is
-    off."""
-    d = runtime.persistent_cache()
-    if d is None:
-        return None
-    got = _private.get(d, False)
-    if got is False:
-        got = _private[d] = _make_private(d)
+    off (persist.store_folder)."""
+    got = persist.store_folder()
     return got[0] if got is not None else None
 
 
-def _make_private(d):
-    """(folder, key) of the store in the cache folder `d`, or None (with a warning) where
-    `d` cannot be made private or the per-user key cannot be had."""
-    try:
-        return persist.private_dir(d), persist.secret()
-    except OSError as e:  # PermissionError included
-        warnings.warn(f"torchneuron: the eager executable store is off: {e}", stacklevel=3)
-        return None
-
-
 def _key():
-    return _private[runtime.persistent_cache()][1]
+    return persist.store_folder()[1]
 
 
 def code_version() -> str:
@@ -212,18 +197,71 @@ def save(key, compiled, warn) -> bool:
     return True
 
 
-def track(exe, reset) -> None:
+def attach(exe, parts, device) -> None:
+    """Put the eager executable `exe` under the store (when it is on and `parts`, its
+    name and cache key, can be written stably): its first call loads it or builds
+    and stores it (:func:`first_call`)."""
+    if folder() is None:
+        return
+    exe.store_key = key_of(parts, device)
+    if exe.store_key is not None:
+        exe.fn = functools.partial(first_call, exe)
+        exe.stage = FIRST_CALL
+
+
+def first_call(exe, *inputs):
+    """An executable's first call with the store on: load it from the store (no trace,
+    no compile; its trace's warnings come with it), else trace, compile and store it.
+    Later calls go straight to the jax executable."""
+    device = runtime.jax_device(exe.index)
+    got = load(exe.store_key, device)
+    if got is not None:
+        compiled, warn = got
+        try:
+            res = compiled(*inputs)
+        except Exception:  # noqa: BLE001  an entry that does not run here: build it again
+            discard(exe.store_key)
+        else:
+            exe.fn, exe.warn, exe.stage = compiled, warn, COMPILED
+            _track(exe)
+            return res
+    hits = jax_cache_hits()
+    compiled = exe.jit.trace(*inputs).lower().compile()  # the trace fills exe.warn
+    if jax_cache_hits() != hits:
+        # jax's cache served it (written under another code version): XLA:CPU cannot
+        # serialize again an executable it loaded (its kernels are missing), so compile it
+        # once more past jax's cache (a new function: jit's own caches miss) for the store
+        STATS.jax_served += 1
+        with jax_cache_bypassed() as bypassed:
+            if bypassed:
+                fresh = runtime.jit(functools.partial(exe.jit.__wrapped__),
+                                    out_shardings=jax.sharding.SingleDeviceSharding(device))
+                compiled = fresh.trace(*inputs).lower().compile()
+        hits = jax_cache_hits() if bypassed else None
+    if jax_cache_hits() == hits:
+        save(exe.store_key, compiled, exe.warn)
+    exe.fn, exe.stage = compiled, COMPILED
+    _track(exe)
+    return compiled(*inputs)
+
+
+def _unload(exe):
+    """Releasing every executable: drop this one's (the next call loads it again)."""
+    exe.fn = functools.partial(first_call, exe)
+    exe.stage = FIRST_CALL
+
+
+def _track(exe) -> None:
     """Remember an executable holding a jax executable of its own, so that releasing every
-    executable (runtime.release_executables) resets it with `reset(exe)`."""
+    executable (runtime.release_executables) unloads it."""
     global _hooked
     if not _hooked:
         _hooked = True
         runtime.on_release(_release)
     _loaded.add(exe)
-    exe.reset = reset
 
 
 def _release():
     for exe in list(_loaded):
-        exe.reset(exe)
+        _unload(exe)
     _loaded.clear()

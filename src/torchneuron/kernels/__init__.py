@@ -5,18 +5,14 @@ devices, allocation, views, custom autograd), one module per family.
 They are declared with ``dispatch.kernel`` (registered by ``dispatch.install``) and
 build on ``storage``'s one helper for device work (``storage.device_fn`` /
 ``storage.read_back``: one cache of small jitted functions, one cap) and on
-``dispatch.entry_for`` when they wrap a lowered op.  ``load_all`` imports them.
+``dispatch.entry_for`` when they wrap a lowered op (``dispatch.lazy_entry`` at a
+module's top level: nothing runs at import that needs another module loaded first;
+tests/test_native_ops.py checks it).  ``load_all`` imports them.
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
-
-from .. import ops
-
-# kernels wrap lowered ops (dispatch.entry_for at import): the lowering table comes first,
-# also when a kernel module is imported before the device's first use
-ops.load_all()
 
 
 def load_all() -> None:

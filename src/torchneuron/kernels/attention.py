@@ -61,7 +61,7 @@ def _sdpa_autograd(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
         query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
 
 
-_fused = dispatch.entry_for(aten._scaled_dot_product_fused_attention_overrideable.default)
+_fused = dispatch.lazy_entry(aten._scaled_dot_product_fused_attention_overrideable.default)
 
 
 @dispatch.kernel("_scaled_dot_product_fused_attention_overrideable.default")

@@ -201,7 +201,7 @@ def _check_index_bounds(op, self, indices, args, kwargs):
         raise err
 
 
-_INDEX_ENTRY = dispatch.entry_for(aten.index.Tensor)
+_INDEX_ENTRY = dispatch.lazy_entry(aten.index.Tensor)
 
 
 def _single_leading_mask(indices):

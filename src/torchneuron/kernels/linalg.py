@@ -7,7 +7,7 @@ import torch
 from .. import dispatch
 
 aten = torch.ops.aten
-_lstsq = dispatch.entry_for(aten.linalg_lstsq.default)
+_lstsq = dispatch.lazy_entry(aten.linalg_lstsq.default)
 
 
 @dispatch.kernel("linalg_lstsq.default")

@@ -215,10 +215,10 @@ def _copy_same_device(self, src):
     return _copy_entry(self, src)
 
 
-_copy_entry = dispatch.entry_for(aten.copy_.default)
+_copy_entry = dispatch.lazy_entry(aten.copy_.default)
 
 
-_to_copy_entry = dispatch.entry_for(aten._to_copy.default)
+_to_copy_entry = dispatch.lazy_entry(aten._to_copy.default)
 
 
 @kernel('_to_copy.default')

@@ -8,7 +8,7 @@ from .. import dispatch
 from ..ops.random import no_generator
 
 aten = torch.ops.aten
-_dropout = dispatch.entry_for(aten.native_dropout.default)
+_dropout = dispatch.lazy_entry(aten.native_dropout.default)
 
 
 @dispatch.kernel("native_dropout.default")
