@@ -19,7 +19,7 @@ hits = []
 monitoring.register_event_listener(
     lambda ev, **kw: hits.append(ev) if ev == "/jax/compilation_cache/cache_hits" else None)
 import warnings
-from torchneuron import runtime
+from torchneuron import persist, runtime
 from torchneuron.dispatch import store
 torch.manual_seed(0)
 m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
@@ -35,7 +35,7 @@ with warnings.catch_warnings(record=True) as caught:  # a warning given by the o
 torch.manual_seed(1)
 rand = torch.nn.functional.dropout(torch.ones(8, device="neuron"), 0.5)  # a random input
 print(json.dumps({"hits": len(hits), "compiles": runtime.EXE_STATS.compiles,
-                  "dir": runtime.persistent_cache(), "loss": loss.item(),
+                  "dir": persist.persistent_cache(), "loss": loss.item(),
                   "w": m[0].weight.detach().cpu().flatten().tolist(),
                   "loads": store.STATS.loads, "writes": store.STATS.writes,
                   "unstorable": store.STATS.unstorable, "jax_served": store.STATS.jax_served,
@@ -173,8 +173,8 @@ import json, torch, jax
 before = jax.config.jax_compilation_cache_dir
 jax.config.update("jax_compilation_cache_dir", %r)
 torch.ones(2).to("neuron").add(1).cpu()
-from torchneuron import runtime
-print(json.dumps({"before": before, "dir": runtime.persistent_cache(),
+from torchneuron import persist
+print(json.dumps({"before": before, "dir": persist.persistent_cache(),
                   "jax": jax.config.jax_compilation_cache_dir}))
 """ % str(tmp_path / "mine")
     out = _run({"TORCHNEURON_CACHE_DIR": str(tmp_path)}, code)
@@ -188,9 +188,9 @@ def test_cache_entries_are_written_whole(tmp_path):
     folder never reads half an entry; the cache reads back what was put."""
     from jax._src import lru_cache
 
-    from torchneuron import runtime
+    from torchneuron import persist
 
-    runtime._atomic_cache_writes()
+    persist._atomic_cache_writes()
     assert getattr(lru_cache.LRUCache.put, "_torchneuron", False)
     cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
     cache.put("k1", b"x" * 1000)

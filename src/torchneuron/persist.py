@@ -1,7 +1,12 @@
-"""Safe on-disk caches: private folders and verified entries.
+"""torchneuron's on-disk caches, in one place: the cache folder, its size cap, whole-file
+writes, private folders and verified entries.
 
-torchneuron keeps compiled executables on disk (the eager executable store, jax's
-persistent compilation cache, the model scan's shared XLA cache).  Loading such an entry
+torchneuron keeps compiled executables on disk: jax's persistent compilation cache
+(:func:`persistent_cache` points it at ``$TORCHNEURON_CACHE_DIR/xla``, trims it to
+its cap once per process with :func:`trim_cache`, and makes jax write entries whole:
+:func:`write_whole`), the eager executable store in the same folder
+(:func:`store_folder`; what it stores is dispatch/store.py's), and the model scan's
+shared XLA cache.  Loading such an entry
 runs what it holds: an entry another user could write (a shared, world-writable or
 predictable folder such as ``/tmp/...``) would let them run code in our process.  So:
 
@@ -14,7 +19,8 @@ predictable folder such as ``/tmp/...``) would let them run code in our process.
   A read returns None -- the caller's miss -- when the tag does not match (a torn,
   tampered or foreign entry), when the file is not ours or when others can write it.
 
-Only the standard library and :mod:`torchneuron.config` are imported here.
+Only the standard library and :mod:`torchneuron.config` are imported here (jax when the
+persistent cache is configured, at the device's first use).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import os
 import stat
 import tempfile
 import threading
+import warnings
 
 from . import config
 
@@ -162,28 +169,8 @@ def _tag(key: bytes, path: str, payload) -> bytes:
 
 
 def verified_write(path: str, key: bytes, payload: bytes) -> bool:
-    """Write the entry `path` (tag, then `payload`) whole: a temporary file of mode 0o600
-    in the same folder, renamed over `path`.  False (nothing left behind) where the disk
-    refuses."""
-    folder = os.path.dirname(path) or "."
-    tag = _tag(key, path, payload)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=folder)
-    except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(tag)
-            f.write(payload)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        return False
-    return True
+    """Write the entry `path` (tag, then `payload`) whole (:func:`write_whole`)."""
+    return write_whole(path, _tag(key, path, payload), payload)
 
 
 def verified_read(path: str, key: bytes) -> bytes | None:
@@ -212,3 +199,153 @@ def verified_read(path: str, key: bytes) -> bytes | None:
     if not hmac.compare_digest(blob[:TAG], _tag(key, path, payload)):
         return None
     return bytes(payload)
+
+
+# ---------------------------------------------------------------- whole-file writes
+def write_whole(path: str, *chunks) -> bool:
+    """Write `chunks` (bytes) to `path` as a whole: a temporary file of mode 0o600 in the
+    same folder, renamed over `path`, so a process reading the folder meanwhile never
+    sees half a file.  False (nothing left behind) where the disk refuses."""
+    folder = os.path.dirname(path) or "."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=folder)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- persistent compilation cache
+# jax's persistent compilation cache, pointed at a torchneuron folder when the device is
+# first used (not at import: a program that never touches the device keeps jax as it was).
+# Eager executables and compiled graphs are written there, so a second process skips their
+# XLA compiles (the trace to StableHLO still runs).  jax decides once per process, at its
+# first compile, whether the cache is used: a jax program that compiled before the neuron
+# device was first used runs without it.
+_cache_configured = False
+_cache_dir = None
+
+
+def persistent_cache():
+    """The persistent XLA cache's folder (None when off); configures it on first call."""
+    import jax
+
+    global _cache_configured, _cache_dir
+    if _cache_configured:
+        return _cache_dir
+    _cache_configured = True
+    current = jax.config.jax_compilation_cache_dir
+    if current:  # the program set jax's own cache: keep it and its thresholds
+        _cache_dir = current
+        return _cache_dir
+    env = config.get("TORCHNEURON_COMPILE_CACHE_DIR")
+    if env is not None and env.strip().lower() in ("", "0", "off", "none", "false"):
+        return None
+    path = os.path.abspath(os.path.expanduser(env)) if env else os.path.join(
+        config.cache_root(), "xla")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    cap = config.get("TORCHNEURON_COMPILE_CACHE_MAX_SIZE").strip()
+    if cap != "-1":
+        trim_cache(path, config.parse_bytes(cap))
+    try:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          config.get("TORCHNEURON_COMPILE_CACHE_MIN_SECS"))
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    except (AttributeError, KeyError, ValueError):
+        pass  # an older jax without an option: its defaults
+    _atomic_cache_writes()
+    jax.config.update("jax_compilation_cache_dir", path)
+    _cache_dir = path
+    return _cache_dir
+
+
+def _atomic_cache_writes() -> None:
+    """jax writes a cache entry in place, so a process reading it meanwhile (test workers,
+    torchrun ranks sharing the folder) can load half a file: jax then warns and compiles.
+    Entries are written to a temporary name and renamed instead (local folders without
+    jax's own size cap, the setting used here)."""
+    try:
+        from jax._src import lru_cache
+    except ImportError:
+        return
+    cls = getattr(lru_cache, "LRUCache", None)
+    orig = getattr(cls, "put", None)
+    suffix = getattr(lru_cache, "_CACHE_SUFFIX", None)
+    if orig is None or suffix is None or getattr(orig, "_torchneuron", False):
+        return
+
+    def put(self, key, value):
+        if getattr(self, "eviction_enabled", True) or not key:
+            return orig(self, key, value)
+        target = os.path.join(str(self.path), f"{key}{suffix}")
+        if not os.path.exists(target):
+            write_whole(target, value)  # a read-only or full disk: kept in memory only
+        return None
+
+    put._torchneuron = True
+    put.__wrapped__ = orig
+    cls.put = put
+
+
+def trim_cache(path, cap: int) -> int:
+    """Delete the oldest-written executables of the cache folder `path` until it holds at
+    most `cap` bytes; the bytes kept.  Run once per process, when the cache is configured:
+    jax's own size cap rescans the whole folder at every write (quadratic in entries: a
+    test file of 2,000 eager executables took 1.6x as long with it), so the cap is ours and
+    a process may pass it by what it writes until the next process starts."""
+    entries = []
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                if e.name.endswith("-cache") and e.is_file():
+                    st = e.stat()
+                    entries.append((st.st_mtime, e.path, st.st_size))
+    except OSError:
+        return 0
+    total = sum(size for _, _, size in entries)
+    for _, p, size in sorted(entries):
+        if total <= cap:
+            break
+        try:
+            os.remove(p)
+        except OSError:  # another process trimmed it first
+            pass
+        total -= size
+    return total
+
+
+# ---------------------------------------------------------------- the eager executable store
+_store: dict = {}  # persistent cache folder -> (its path, HMAC key) or None (refused)
+
+
+def store_folder():
+    """(folder, HMAC key) of the eager executable store: the persistent cache's folder,
+    made private (:func:`private_dir`) with the per-user key (:func:`secret`); None when the
+    cache is off, or (with a warning, once) where the folder cannot be made private or the
+    key cannot be had."""
+    d = persistent_cache()
+    if d is None:
+        return None
+    got = _store.get(d, False)
+    if got is False:
+        try:
+            got = (private_dir(d), secret())
+        except OSError as e:  # PermissionError included
+            warnings.warn(f"torchneuron: the eager executable store is off: {e}", stacklevel=3)
+            got = None
+        _store[d] = got
+    return got

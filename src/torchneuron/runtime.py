@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from . import config
+from . import config, persist
 
 jax.config.update("jax_enable_x64", True)
 
@@ -131,7 +131,7 @@ def devices() -> list:
     """The PJRT devices that neuron:0..N-1 map to."""
     global _devices, _platform
     if _devices is None:
-        persistent_cache()  # before the device's first compile
+        persist.persistent_cache()  # before the device's first compile
         plat = _pick_platform()
         try:
             devs = jax.local_devices(backend=plat)  # (this process's, under jax.distributed)
@@ -254,6 +254,7 @@ def numpy_to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 # is not enough (the mappings stay above the limit: something else holds them, such as
 # jax's op-by-op primitive cache) does the release fall back to jax.clear_caches(),
 # logged as such.
+import collections
 import logging as _logging
 import weakref as _weakref
 
@@ -266,6 +267,51 @@ def jit(fn, **kwargs):
     f = jax.jit(fn, **kwargs)
     _jitted.add(f)
     return f
+
+
+_caches: "_weakref.WeakValueDictionary" = _weakref.WeakValueDictionary()
+SMALL_FNS_MAX = 4096  # the cap of each cache of small device functions
+
+
+class JitCache(collections.OrderedDict):
+    """A cache of jitted functions or executables with a cap, the one mechanism that
+    bounds them all: eager entries' executables, compiled graphs' executables, fused
+    eager's programs, storage's small device functions.  Past `cap` entries the oldest
+    goes (its executables with it, once nothing else holds them).  Lookups are a plain
+    dict lookup; :func:`jit_caches` lists every cache."""
+
+    def __init__(self, name: str, cap: int):
+        super().__init__()
+        self.name = name
+        self.cap = cap
+        self.evictions = 0
+        _caches[id(self)] = self
+
+    def put(self, key, value):
+        """Add `key` (evicting the oldest entry when full); returns `value`."""
+        if key not in self:
+            while len(self) >= self.cap:  # (a loop: the cap may have been lowered)
+                self.popitem(last=False)
+                self.evictions += 1
+        self[key] = value
+        return value
+
+    def __hash__(self):  # (identity: a registry key)
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+
+def jit_caches() -> dict:
+    """name -> {caches, entries, cap, evictions} over every live JitCache."""
+    out = {}
+    for c in list(_caches.values()):
+        r = out.setdefault(c.name, {"caches": 0, "entries": 0, "cap": c.cap, "evictions": 0})
+        r["caches"] += 1
+        r["entries"] += len(c)
+        r["evictions"] += c.evictions
+    return out
 
 _log = _logging.getLogger("torchneuron")
 CHECK_EVERY = 128
@@ -314,132 +360,6 @@ def jax_cache_hits() -> int:
     hit)."""
     watch_compiles()
     return EXE_STATS.jax_cache_hits
-
-
-def write_whole(path: str, data: bytes) -> bool:
-    """Write `data` to `path` as a whole: to a temporary name, then renamed, so a process
-    reading the folder meanwhile never sees half a file.  False (and nothing left behind)
-    where the disk refuses."""
-    import os
-
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        return False
-    return True
-
-
-# ---------------------------------------------------------------- persistent compilation cache
-# jax's persistent compilation cache, pointed at a torchneuron folder when the device is
-# first used (not at import: a program that never touches the device keeps jax as it was).
-# Eager executables and compiled graphs are written there, so a second process skips their
-# XLA compiles (the trace to StableHLO still runs).  jax decides once per process, at its
-# first compile, whether the cache is used: a jax program that compiled before the neuron
-# device was first used runs without it.
-_cache_configured = False
-_cache_dir = None
-
-
-def persistent_cache():
-    """The persistent XLA cache's folder (None when off); configures it on first call."""
-    global _cache_configured, _cache_dir
-    if _cache_configured:
-        return _cache_dir
-    _cache_configured = True
-    current = jax.config.jax_compilation_cache_dir
-    if current:  # the program set jax's own cache: keep it and its thresholds
-        _cache_dir = current
-        return _cache_dir
-    env = config.get("TORCHNEURON_COMPILE_CACHE_DIR")
-    if env is not None and env.strip().lower() in ("", "0", "off", "none", "false"):
-        return None
-    import os
-
-    path = os.path.abspath(os.path.expanduser(env)) if env else os.path.join(
-        config.cache_root(), "xla")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return None
-    cap = config.get("TORCHNEURON_COMPILE_CACHE_MAX_SIZE").strip()
-    if cap != "-1":
-        trim_cache(path, config.parse_bytes(cap))
-    try:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                          config.get("TORCHNEURON_COMPILE_CACHE_MIN_SECS"))
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    except (AttributeError, KeyError, ValueError):
-        pass  # an older jax without an option: its defaults
-    _atomic_cache_writes()
-    jax.config.update("jax_compilation_cache_dir", path)
-    _cache_dir = path
-    return _cache_dir
-
-
-def _atomic_cache_writes() -> None:
-    """jax writes a cache entry in place, so a process reading it meanwhile (test workers,
-    torchrun ranks sharing the folder) can load half a file: jax then warns and compiles.
-    Entries are written to a temporary name and renamed instead (local folders without
-    jax's own size cap, the setting used here)."""
-    import os
-
-    try:
-        from jax._src import lru_cache
-    except ImportError:
-        return
-    cls = getattr(lru_cache, "LRUCache", None)
-    orig = getattr(cls, "put", None)
-    suffix = getattr(lru_cache, "_CACHE_SUFFIX", None)
-    if orig is None or suffix is None or getattr(orig, "_torchneuron", False):
-        return
-
-    def put(self, key, value):
-        if getattr(self, "eviction_enabled", True) or not key:
-            return orig(self, key, value)
-        target = os.path.join(str(self.path), f"{key}{suffix}")
-        if not os.path.exists(target):
-            write_whole(target, value)  # a read-only or full disk: kept in memory only
-        return None
-
-    put._torchneuron = True
-    put.__wrapped__ = orig
-    cls.put = put
-
-
-def trim_cache(path, cap: int) -> int:
-    """Delete the oldest-written executables of the cache folder `path` until it holds at
-    most `cap` bytes; the bytes kept.  Run once per process, when the cache is configured:
-    jax's own size cap rescans the whole folder at every write (quadratic in entries: a
-    test file of 2,000 eager executables took 1.6x as long with it), so the cap is ours and
-    a process may pass it by what it writes until the next process starts."""
-    import os
-
-    entries = []
-    try:
-        with os.scandir(path) as it:
-            for e in it:
-                if e.name.endswith("-cache") and e.is_file():
-                    st = e.stat()
-                    entries.append((st.st_mtime, e.path, st.st_size))
-    except OSError:
-        return 0
-    total = sum(size for _, _, size in entries)
-    for _, p, size in sorted(entries):
-        if total <= cap:
-            break
-        try:
-            os.remove(p)
-        except OSError:  # another process trimmed it first
-            pass
-        total -= size
-    return total
 
 
 def watch_compiles() -> None:

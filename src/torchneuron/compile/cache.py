@@ -1,6 +1,6 @@
 """The persistent (on-disk) compilation cache, as torch.compile uses it.
 
-The cache itself is jax's, configured by :func:`torchneuron.runtime.persistent_cache` when
+The cache itself is jax's, configured by :func:`torchneuron.persist.persistent_cache` when
 the device is first used (TORCHNEURON_COMPILE_CACHE_DIR, default
 ``$TORCHNEURON_CACHE_DIR/xla``; ``off`` turns it off; a folder set with jax's own
 ``jax_compilation_cache_dir`` wins).  A second process that compiles the same graphs loads
@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import contextlib
 
-from .. import config, runtime
+from .. import config, persist, runtime
 
 
 def cache_dir():
     """The folder of the persistent compilation cache (None when off)."""
     setup()
-    return runtime.persistent_cache()
+    return persist.persistent_cache()
 
 
 def setup():
     """Configure the cache (once; before the first compile)."""
-    runtime.persistent_cache()
+    persist.persistent_cache()
 
 
 _compiling_depth = [0]

@@ -24,7 +24,7 @@ from torch.distributed import ReduceOp
 from .. import runtime, storage
 
 _mesh = None
-_fns: dict = {}
+_fns = runtime.JitCache("collectives", runtime.SMALL_FNS_MAX)
 calls: dict = {}  # collective -> calls that ran inside XLA (tests and benchmarks read it)
 
 
@@ -65,7 +65,8 @@ def _program(key, body, n_in, n_out):
         except ImportError:  # older jax
             from jax.experimental.shard_map import shard_map
         mesh = _get_mesh()
-        f = _fns[key] = runtime.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+        f = _fns.put(key, runtime.jit(shard_map(body, mesh=mesh, in_specs=P("x"),
+                                                out_specs=P("x"))))
     return f
 
 

@@ -494,13 +494,13 @@ def retype(cell: "Cell", dtype: torch.dtype) -> None:
     jd = jdtype(dtype)
     f = _retype_fns.get((cell.numel, jd))
     if f is None:
-        f = _retype_fns[(cell.numel, jd)] = runtime.jit(lambda a: reinterpret(a, jd))
+        f = _retype_fns.put((cell.numel, jd), runtime.jit(lambda a: reinterpret(a, jd)))
     cell.arr = f(cell.arr)
     cell.dt = cell.arr.dtype
     cell.numel = cell.arr.shape[0]
 
 
-_retype_fns: dict = {}
+_retype_fns = runtime.JitCache("storage retype", runtime.SMALL_FNS_MAX)
 
 
 def make_tensor(arr, dtype: torch.dtype, shape, strides, offset: int, index: int, nbytes: int):
@@ -675,7 +675,7 @@ def empty(shape, dtype: torch.dtype, index: int, strides=None) -> torch.Tensor:
     return make_tensor(arr, dtype, shape, strides, 0, index, nbytes)
 
 
-_zeros_cache: dict = {}
+_zeros_cache = runtime.JitCache("storage zeros", runtime.SMALL_FNS_MAX)
 
 
 def zeros_flat(n: int, dtype: torch.dtype, index: int):
@@ -684,7 +684,8 @@ def zeros_flat(n: int, dtype: torch.dtype, index: int):
     if fn is None:
         jd = jdtype(dtype)
         sharding = jax.sharding.SingleDeviceSharding(runtime.jax_device(index))
-        fn = _zeros_cache[key] = runtime.jit(lambda: jnp.zeros((n,), jd), out_shardings=sharding)
+        fn = _zeros_cache.put(key, runtime.jit(lambda: jnp.zeros((n,), jd),
+                                               out_shardings=sharding))
     return fn()
 
 
@@ -719,7 +720,7 @@ def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
                 b = reinterpret(a, jnp.uint8)[:keep]
                 return jnp.pad(b, (0, nbytes - keep)) if nbytes > keep else b
 
-            f = _resize_fns[key] = runtime.jit(f)
+            f = _resize_fns.put(key, runtime.jit(f))
         flat = f(old.arr)
     cell = Cell(flat, nbytes, index)
     cell.raw = True
@@ -730,7 +731,7 @@ def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
     _by_addr[addr] = weakref.ref(cell)
 
 
-_resize_fns: dict = {}
+_resize_fns = runtime.JitCache("storage resize", runtime.SMALL_FNS_MAX)
 
 
 def cell_of_storage(st):

@@ -24,7 +24,6 @@ program's first step) cost no extra compile.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import threading
 from sys import getrefcount
@@ -43,8 +42,7 @@ _lock = threading.RLock()
 _programs: dict = {}  # device index -> Program
 
 # program structure -> runs seen (int) or its compiled XLA computation
-_compiled: collections.OrderedDict = collections.OrderedDict()
-_COMPILED_MAX = 512
+_compiled = runtime.JitCache("fused programs", 512)
 
 
 class Stats:
@@ -144,13 +142,10 @@ def _run(index, ops, ext, keep):
     key = (index, tuple((exe, refs) for exe, refs, _ in ops), keep)
     prog = _compiled.get(key)
     if prog is None or type(prog) is int:
-        seen = prog or 0
-        if len(_compiled) >= _COMPILED_MAX:
-            _compiled.popitem(last=False)
-        if not seen:
-            _compiled[key] = 1
+        if not prog:  # a structure seen for the first time: op by op
+            _compiled.put(key, 1)
             return _run_each(ops, ext, keep)
-        prog = _compiled[key] = _build(index, ops, keep)
+        prog = _compiled.put(key, _build(index, ops, keep))
         STATS.compiles += 1
     STATS.fused_runs += 1
     return prog(_true(index), *ext)

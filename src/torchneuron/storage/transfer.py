@@ -133,17 +133,14 @@ def to_neuron(cpu: torch.Tensor, index: int) -> torch.Tensor:
 # ---------------------------------------------------------------- small device functions
 # Eager kernels and checks that need device values (host reads, data-dependent
 # shapes) run small jitted functions over cells' flat arrays: one cache, one cap.
-_device_fns: dict = {}
-DEVICE_FNS_MAX = 4096
+_device_fns = runtime.JitCache("storage device functions", runtime.SMALL_FNS_MAX)
 
 
 def device_fn(key, build):
     """The jitted function for `key`, built by `build()` on first use."""
     f = _device_fns.get(key)
     if f is None:
-        if len(_device_fns) >= DEVICE_FNS_MAX:
-            _device_fns.clear()
-        f = _device_fns[key] = runtime.jit(build())
+        f = _device_fns.put(key, runtime.jit(build()))
     return f
 
 
