@@ -51,13 +51,15 @@ class Lowering:
       execution, where PyTorch's meta kernel applies another device's rules (a meta
       tensor tells a Python meta kernel it is on CUDA: `_scaled_mm`'s layout and
       alignment rules); compiled graphs see the neuron device and need none.
+    compute: the compute-dtype policy declared with :func:`lower` (`fn` applies it).
     """
 
     __slots__ = ("op", "fn", "static", "random", "name", "normalize", "check", "bounds",
-                 "compile_only", "where", "family", "device_meta")
+                 "compile_only", "where", "family", "device_meta", "compute")
 
     def __init__(self, op, fn, static=(), random=False, normalize=None, check=None,
-                 bounds=None, compile_only=False, where=None, family=None, device_meta=None):
+                 bounds=None, compile_only=False, where=None, family=None, device_meta=None,
+                 compute=None):
         self.op = op
         self.fn = fn
         self.static = frozenset(static)
@@ -70,6 +72,7 @@ class Lowering:
         self.where = where
         self.family = family
         self.device_meta = device_meta
+        self.compute = compute
 
     @property
     def has_extras(self) -> bool:
@@ -143,17 +146,25 @@ def meta_kernel(name: str, fn, replace: bool = False) -> None:
 
 
 def lower(*names, static=(), random=False, probe=False, normalize=None, check=None,
-          bounds=None, meta=None, compile_only=False, device_meta=None):
+          bounds=None, meta=None, compile_only=False, device_meta=None, compute=None):
     """Decorator: declare `fn` as the lowering of each named aten overload.
 
     probe: check the argument dtypes against PyTorch's CPU kernel at trace time
       (probe.py), for ops whose meta kernel accepts dtypes the kernels reject.
     meta: a meta kernel for each named overload (see :func:`meta_kernel`).
+    compute: the compute-dtype policy, a combinator applied to the Tensor arguments
+      before the body runs (:func:`in_opmath`: straight to the result's opmath type;
+      :func:`in_compute_dtype`: to the result dtype, then its opmath type), as PyTorch
+      declares ``@pw_cast_for_opmath`` on its references.  The decorator returns the
+      lowering with its policy, so a direct call computes the same.
     The other options are the :class:`Lowering` extras.
     """
 
     def deco(fn):
         where = where_of(fn)
+        family = family_of(fn)
+        if compute is not None:
+            fn = _computing(fn, compute, names)
         for n in names:
             try:
                 op = resolve(n)
@@ -171,12 +182,52 @@ def lower(*names, static=(), random=False, probe=False, normalize=None, check=No
                 raise DuplicateRegistration(f"torchneuron: {op} is lowered twice: {old.where} "
                                             f"and {where}")
             LOWERINGS[op] = Lowering(op, f, static, random, normalize, check, bounds,
-                                     compile_only, where, family_of(fn), device_meta)
+                                     compile_only, where, family, device_meta, compute)
             if meta is not None:
                 meta_kernel(op.name().split("::", 1)[1].removesuffix(".default"), meta)
         return fn
 
     return deco
+
+
+def _tensor_positions(names):
+    """Positions and names of the Tensor / Tensor? arguments of the overloads `names`
+    (which a lowering mirrors, so they agree; the first present one is read)."""
+    for n in names:
+        try:
+            op = resolve(n)
+        except AttributeError:
+            continue
+        args = op._schema.arguments
+        return tuple((i, a.name, a.kwarg_only) for i, a in enumerate(args)
+                     if str(a.type) in ("Tensor", "Optional[Tensor]"))
+    return ()
+
+
+def _computing(fn, compute, names):
+    """`fn` with the combinator `compute` applied to its Tensor arguments (None passes)."""
+    import functools
+
+    tensors = _tensor_positions(names)
+    positional = tuple(i for i, _, kw in tensors if not kw)
+    keywords = tuple(name for _, name, kw in tensors if kw)
+    params = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+
+    @functools.wraps(fn)
+    def computing(*args, **kwargs):
+        args = list(args)
+        at = [i for i in positional if i < len(args) and args[i] is not None]
+        # a Tensor argument passed by keyword (a positional-or-keyword one, or kwarg-only)
+        kw = [k for k in kwargs if kwargs[k] is not None
+              and (k in keywords or any(params[i] == k for i in positional if i < len(params)))]
+        vals = compute(*[args[i] for i in at], *[kwargs[k] for k in kw])
+        for i, v in zip(at, vals):
+            args[i] = v
+        for k, v in zip(kw, vals[len(at):]):
+            kwargs[k] = v
+        return fn(*args, **kwargs)
+
+    return computing
 
 
 def composite_only(op) -> bool:
@@ -323,6 +374,50 @@ def in_result_dtype(*xs, dt=None):
 
     dt = out_dtype() if dt is None else dt
     return [cast(jnp.asarray(x), dt) for x in xs]
+
+
+def in_opmath(*xs, dt=None):
+    """The operands (None passes through) cast straight to the compute type of the
+    result dtype (the meta kernel's, or `dt`): float32 for halves (PyTorch's
+    ``opmath_type``; a float32 operand is not rounded to the half result first)."""
+    import jax.numpy as jnp
+
+    from .numerics import cast, opmath
+
+    dt = opmath(out_dtype() if dt is None else dt)
+    return [None if x is None else cast(jnp.asarray(x), dt) for x in xs]
+
+
+def in_compute_dtype(*xs, dt=None):
+    """The operands cast to the result dtype, then to its compute type (halves in
+    float32): PyTorch's ``pw_cast_for_opmath`` for pointwise kernels whose inputs are
+    first converted to the common dtype."""
+    from .numerics import upcast
+
+    return upcast(*in_result_dtype(*xs, dt=dt))
+
+
+def out_shape():
+    """The shape of the (first) result, from the meta kernel."""
+    m = out_meta()
+    if isinstance(m, (list, tuple)):
+        m = m[0]
+    return tuple(m.shape)
+
+
+def follow_input_format(out, x, contiguous=False):
+    """A device meta's rule for memory formats: `out` (a meta result) in `x`'s
+    channels-last format when x is channels-last and out has x's rank (4-d:
+    channels_last, 5-d: channels_last_3d), as the CPU's and CUDA's kernels return and
+    PyTorch's test_memory_format expects (PyTorch's meta kernel says contiguous); else
+    `out` (`contiguous`: a contiguous copy of its metadata)."""
+    import torch
+    from torch._prims_common import suggest_memory_format
+
+    fmt = suggest_memory_format(x) if x.dim() in (4, 5) else torch.contiguous_format
+    if fmt != torch.contiguous_format and out.dim() == x.dim():
+        return torch.empty_like(out, memory_format=fmt)
+    return torch.empty_like(out, memory_format=torch.contiguous_format) if contiguous else out
 
 
 def rng_key():

@@ -22,10 +22,6 @@ from .runtime import jdtype, tdtype  # noqa: F401  (the dtype maps, for lowering
 HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
 
-def is_half(dt) -> bool:
-    return jnp.dtype(dt) in HALF
-
-
 def opmath(dt):
     """The dtype PyTorch computes and accumulates `dt` in (its ``opmath_type``):
     float32 for float16/bfloat16, `dt` itself otherwise."""
@@ -82,10 +78,6 @@ def need_nonempty_dim(name, x, dim):
                          "non-zero size.")
 
 
-def default_float():
-    return runtime.jdtype(torch.get_default_dtype())
-
-
 @functools.lru_cache(maxsize=None)
 def scalar_type_name(dtype) -> str:
     """c10's ScalarType name of a torch or jax dtype ("Float", "Half", "Long", ...), the
@@ -110,10 +102,6 @@ def canon_dim(dim, ndim):
     if dim < 0:
         dim += ndim
     return dim
-
-
-def canon_dims(dims, ndim):
-    return [canon_dim(d, ndim) for d in dims]
 
 
 # ---------------------------------------------------------------- layouts

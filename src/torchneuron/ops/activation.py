@@ -10,14 +10,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ..numerics import canon_dim, cast, is_float, opmath
-from ..lowering import lower, out_dtype, out_meta, rng_key
-
-
-def _up(*xs, dt=None):
-    """Cast tensors to the compute type of the result dtype (float32 for halves)."""
-    dt = opmath(dt if dt is not None else out_dtype())
-    return [cast(jnp.asarray(x), dt) for x in xs]
+from ..numerics import canon_dim, cast, is_float
+from ..lowering import in_opmath, lower, out_dtype, out_meta, rng_key
 
 
 def _s(v, dt):
@@ -71,9 +65,8 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
     return jnp.where((s <= _s(min_val, dt)) | (s >= _s(max_val, dt)), jnp.zeros_like(g), g)
 
 
-@lower("leaky_relu.default")
+@lower("leaky_relu.default", compute=in_opmath)
 def leaky_relu(x, negative_slope=0.01):
-    (x,) = _up(x)
     return jnp.where(x > 0, x, x * _s(negative_slope, x.dtype))
 
 
@@ -87,13 +80,13 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
             "https://github.com/pytorch/pytorch if you do require supporting in-place leakRelu "
             "backward calculation with negative slope"
         )
-    g, s = _up(grad_output, self)
+    g, s = in_opmath(grad_output, self)
     return jnp.where(s > 0, g, g * _s(negative_slope, g.dtype))
 
 
 @lower("rrelu_with_noise.default", random=True)
 def rrelu_with_noise(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
-    (xu,) = _up(x)
+    (xu,) = in_opmath(x)
     lo, hi = _s(lower, xu.dtype), _s(upper, xu.dtype)
     if not training:
         return jnp.where(xu >= 0, xu, xu * ((lo + hi) / 2)), [None]
@@ -107,7 +100,7 @@ def rrelu_with_noise(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, gen
 
 @lower("rrelu_with_noise_backward.default")
 def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
-    g, s, n = _up(grad_output, self, noise)
+    g, s, n = in_opmath(grad_output, self, noise)
     lo, hi = _s(lower, g.dtype), _s(upper, g.dtype)
     leaky = jnp.where(s > 0, g, g * ((lo + hi) / 2))
     if training:
@@ -118,14 +111,14 @@ def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, 
 
 @lower("_prelu_kernel.default")
 def prelu_kernel(x, weight):
-    x, w = _up(x, weight)
+    x, w = in_opmath(x, weight)
     return jnp.where(x > 0, x, w * x)
 
 
 @lower("_prelu_kernel_backward.default")
 def prelu_kernel_backward(grad_output, self, weight):
     dt = out_dtype(0)
-    g, x, w = _up(grad_output, self, weight, dt=dt)
+    g, x, w = in_opmath(grad_output, self, weight, dt=dt)
     gx = jnp.where(x > 0, g, w * g)
     gw = jnp.where(x > 0, jnp.zeros_like(g), x * g)
     return gx, gw
@@ -137,9 +130,8 @@ _BETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5  # sqrt(2/pi)
 _KAPPA = 0.044715
 
 
-@lower("gelu.default")
+@lower("gelu.default", compute=in_opmath)
 def gelu(x, *, approximate="none"):
-    (x,) = _up(x)
     if approximate == "tanh":
         inner = _BETA * (x + _KAPPA * x * x * x)
         return 0.5 * x * (1 + jnp.tanh(inner))
@@ -148,7 +140,7 @@ def gelu(x, *, approximate="none"):
 
 @lower("gelu_backward.default")
 def gelu_backward(grad_output, self, *, approximate="none"):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     if approximate == "tanh":
         x_sq = x * x
         inner = _BETA * (x + _KAPPA * x_sq * x)
@@ -169,29 +161,27 @@ def _sigmoid(x):
     return jax.nn.sigmoid(x)
 
 
-@lower("silu.default")
+@lower("silu.default", compute=in_opmath)
 def silu(x):
-    (x,) = _up(x)
     return x * _sigmoid(x)
 
 
 # silu_backward / mish_backward: CPU and CUDA have kernels next to the composite one
 @lower("silu_backward.default")
 def silu_backward(grad_output, self):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     s = _sigmoid(x)
     return g * s * (1 + x * (1 - s))
 
 
-@lower("mish.default")
+@lower("mish.default", compute=in_opmath)
 def mish(x):
-    (x,) = _up(x)
     return x * jnp.tanh(jnp.logaddexp(x, jnp.zeros_like(x)))
 
 
 @lower("mish_backward.default")
 def mish_backward(grad_output, self):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     s = jax.nn.sigmoid(x)
     t = jnp.tanh(jnp.logaddexp(x, jnp.zeros_like(x)))
     return g * (t + x * s * (1 - t * t))
@@ -199,30 +189,29 @@ def mish_backward(grad_output, self):
 
 @lower("tanh_backward.default")
 def tanh_backward(grad_output, output):
-    g, y = _up(grad_output, output)
+    g, y = in_opmath(grad_output, output)
     d = 1 - y * y
     return g * (jnp.conj(d) if _is_complex(d.dtype) else d)
 
 
 @lower("sigmoid_backward.default")
 def sigmoid_backward(grad_output, output):
-    g, y = _up(grad_output, output)
+    g, y = in_opmath(grad_output, output)
     d = (1 - y) * y
     return g * (jnp.conj(d) if _is_complex(d.dtype) else d)
 
 
 @lower("logit_backward.default", static=("eps",))
 def logit_backward(grad_output, self, eps=None):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     if eps is None:
         return jnp.where((x < 0) | (x > 1), jnp.nan, g / (x * (1 - x)))
     lo, hi = eps, 1 - eps
     return jnp.where((x < lo) | (x > hi), jnp.zeros_like(g), g / (x * (1 - x)))
 
 
-@lower("softplus.default")
+@lower("softplus.default", compute=in_opmath)
 def softplus(x, beta=1, threshold=20):
-    (x,) = _up(x)
     b = _s(beta, x.dtype)
     xb = x * b
     return jnp.where(xb > _s(threshold, x.dtype), x, jnp.log1p(jnp.exp(xb)) / b)
@@ -230,15 +219,14 @@ def softplus(x, beta=1, threshold=20):
 
 @lower("softplus_backward.default")
 def softplus_backward(grad_output, self, beta, threshold):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     xb = x * _s(beta, x.dtype)
     z = jnp.exp(xb)
     return jnp.where(xb > _s(threshold, x.dtype), g, g * z / (z + 1))
 
 
-@lower("elu.default")
+@lower("elu.default", compute=in_opmath)
 def elu(x, alpha=1, scale=1, input_scale=1):
-    (x,) = _up(x)
     dt = x.dtype
     neg = _s(alpha, dt) * _s(scale, dt)
     return jnp.where(x > 0, x * _s(scale, dt), jnp.expm1(x * _s(input_scale, dt)) * neg)
@@ -246,7 +234,7 @@ def elu(x, alpha=1, scale=1, input_scale=1):
 
 @lower("elu_backward.default")
 def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result):
-    g, v = _up(grad_output, self_or_result)
+    g, v = in_opmath(grad_output, self_or_result)
     dt = g.dtype
     negcoef = _s(alpha, dt) * _s(scale, dt)
     poscoef = _s(scale, dt)
@@ -256,63 +244,58 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_resu
     return jnp.where(v <= 0, g * negiptcoef * negcoef * jnp.exp(v * negiptcoef), g * poscoef)
 
 
-@lower("celu.default")
+@lower("celu.default", compute=in_opmath)
 def celu(x, alpha=1.0):
-    (x,) = _up(x)
     a = _s(alpha, x.dtype)
     return jnp.where(x > 0, x, jnp.expm1(x / a) * a)
 
 
-@lower("hardswish.default")
+@lower("hardswish.default", compute=in_opmath)
 def hardswish(x):
-    (x,) = _up(x)
     return x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
 
 
 @lower("hardswish_backward.default")
 def hardswish_backward(grad_output, self):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     return jnp.where(x < -3, jnp.zeros_like(g), jnp.where(x <= 3, g * (x / 3 + 0.5), g))
 
 
-@lower("hardsigmoid.default")
+@lower("hardsigmoid.default", compute=in_opmath)
 def hardsigmoid(x):
-    (x,) = _up(x)
     return jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
 
 
 @lower("hardsigmoid_backward.default")
 def hardsigmoid_backward(grad_output, self):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     # PyTorch's CPU kernel multiplies by float(1/6), also for float64
     sixth = jnp.asarray(jnp.float32(1.0 / 6.0), g.dtype)
     return jnp.where((x > -3) & (x < 3), g * sixth, jnp.zeros_like(g))
 
 
-@lower("softshrink.default")
+@lower("softshrink.default", compute=in_opmath)
 def softshrink(x, lambd=0.5):
-    (x,) = _up(x)
     l = _s(lambd, x.dtype)
     return jnp.where(x > l, x - l, jnp.where(x < -l, x + l, x * 0))
 
 
 @lower("softshrink_backward.default")
 def softshrink_backward(grad_output, self, lambd):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     l = _s(lambd, x.dtype)
     return jnp.where((x >= -l) & (x <= l), jnp.zeros_like(g), g)
 
 
-@lower("hardshrink.default")
+@lower("hardshrink.default", compute=in_opmath)
 def hardshrink(x, lambd=0.5):
-    (x,) = _up(x)
     l = _s(lambd, x.dtype)
     return jnp.where((x >= -l) & (x <= l), jnp.zeros_like(x), x)
 
 
 @lower("hardshrink_backward.default")
 def hardshrink_backward(grad_out, self, lambd):
-    g, x = _up(grad_out, self)
+    g, x = in_opmath(grad_out, self)
     l = _s(lambd, x.dtype)
     return jnp.where((x >= -l) & (x <= l), jnp.zeros_like(g), g)
 
@@ -320,7 +303,7 @@ def hardshrink_backward(grad_out, self, lambd):
 # ---------------------------------------------------------------- log_sigmoid
 @lower("log_sigmoid_forward.default")
 def log_sigmoid_forward(x):
-    (x,) = _up(x, dt=out_dtype(0))
+    (x,) = in_opmath(x, dt=out_dtype(0))
     z = jnp.exp(-jnp.abs(x))
     out = jnp.minimum(x, 0) - jnp.log1p(z)
     meta = out_meta()
@@ -332,7 +315,7 @@ def log_sigmoid_forward(x):
 @lower("log_sigmoid_backward.default")
 def log_sigmoid_backward(grad_output, self, buffer):
     # recomputed from self: the buffer is an implementation detail (empty on CUDA)
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     neg = x < 0
     z = jnp.exp(-jnp.abs(x))
     max_deriv = jnp.where(neg, 1, 0).astype(x.dtype)
@@ -341,9 +324,8 @@ def log_sigmoid_backward(grad_output, self, buffer):
 
 
 # ---------------------------------------------------------------- glu
-@lower("glu.default")
+@lower("glu.default", compute=in_opmath)
 def glu(x, dim=-1):
-    (x,) = _up(x)
     d = canon_dim(dim, x.ndim)
     a, b = jnp.split(x, 2, axis=d)
     return a * jax.nn.sigmoid(b)
@@ -351,7 +333,7 @@ def glu(x, dim=-1):
 
 @lower("glu_backward.default")
 def glu_backward(grad_output, self, dim):
-    g, x = _up(grad_output, self)
+    g, x = in_opmath(grad_output, self)
     d = canon_dim(dim, x.ndim)
     a, b = jnp.split(x, 2, axis=d)
     s = jax.nn.sigmoid(b)
@@ -376,15 +358,13 @@ def _softmax_impl(x, dim, log):
     return e / jnp.sum(e, axis=d, keepdims=True)
 
 
-@lower("_softmax.default")
+@lower("_softmax.default", compute=in_opmath)
 def softmax(x, dim, half_to_float):
-    (x,) = _up(x)
     return _softmax_impl(x, dim, log=False)
 
 
-@lower("_log_softmax.default")
+@lower("_log_softmax.default", compute=in_opmath)
 def log_softmax(x, dim, half_to_float):
-    (x,) = _up(x)
     return _softmax_impl(x, dim, log=True)
 
 
@@ -394,7 +374,7 @@ def _red_dim(x, dim):
 
 @lower("_softmax_backward_data.default")
 def softmax_backward_data(grad_output, output, dim, input_dtype):
-    g, y = _up(grad_output, output, dt=jnp.result_type(grad_output, output))
+    g, y = in_opmath(grad_output, output, dt=jnp.result_type(grad_output, output))
     d = _red_dim(y, dim)  # a 0-d tensor reduces over itself (sum over no axis is itself)
     if y.ndim == 0:
         return y * (g - g * y)
@@ -403,7 +383,7 @@ def softmax_backward_data(grad_output, output, dim, input_dtype):
 
 @lower("_log_softmax_backward_data.default")
 def log_softmax_backward_data(grad_output, output, dim, input_dtype):
-    g, y = _up(grad_output, output, dt=jnp.result_type(grad_output, output))
+    g, y = in_opmath(grad_output, output, dt=jnp.result_type(grad_output, output))
     d = _red_dim(y, dim)
     if y.ndim == 0:
         return g - jnp.exp(y) * g

@@ -25,7 +25,7 @@ import torch
 from jax import lax
 
 from ..numerics import HALF, cast, opmath, round_to, scalar_type_name
-from ..lowering import index_checks, lower, meta_kernel, out_dtype, out_meta
+from ..lowering import follow_input_format, index_checks, lower, meta_kernel, out_dtype, out_meta
 
 aten = torch.ops.aten
 
@@ -106,19 +106,16 @@ def _conv_meta(input, weight, *rest):
     cuDNN's and the CPU's oneDNN kernels return, and PyTorch's test_memory_format expects;
     PyTorch's meta kernel says contiguous); an unbatched convolution's output follows its
     input."""
-    from torch._prims_common import suggest_memory_format
-
     if len(rest) < 7:
         raise TypeError("convolution: unexpected arguments")
     out = aten.convolution.default(input, weight, *rest[:7])
     if input.dim() in (4, 5) and weight.dim() == input.dim():
         for t in (input, weight):
-            fmt = suggest_memory_format(t)
-            if fmt != torch.contiguous_format:
-                return torch.empty_like(out, memory_format=fmt)
+            r = follow_input_format(out, t)
+            if r is not out:
+                return r
     if input.dim() == weight.dim() - 1:  # unbatched
-        fmt = suggest_memory_format(input) if input.dim() in (4, 5) else torch.contiguous_format
-        return torch.empty_like(out, memory_format=fmt)
+        return follow_input_format(out, input, contiguous=True)
     return out
 
 

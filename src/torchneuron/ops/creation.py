@@ -10,11 +10,7 @@ import numpy as _np
 from jax import lax
 
 from ..numerics import cast, convert, not_implemented, round_to
-from ..lowering import lower, out_dtype, out_meta
-
-
-def _shape():
-    return tuple(out_meta().shape)
+from ..lowering import lower, out_dtype, out_shape
 
 
 # ---------------------------------------------------------------- fill value checks (eager)
@@ -90,23 +86,23 @@ def zero(x):
 @lower("full.default", check=_full_check)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
     dt = out_dtype()
-    return jnp.broadcast_to(cast(jnp.asarray(fill_value), dt), _shape())
+    return jnp.broadcast_to(cast(jnp.asarray(fill_value), dt), out_shape())
 
 
 @lower("zeros.default")
 def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.zeros(_shape(), out_dtype())
+    return jnp.zeros(out_shape(), out_dtype())
 
 
 @lower("_efficientzerotensor.default")
 def efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     # autograd's zero gradients (e.g. sgn's backward on real inputs): plain zeros here
-    return jnp.zeros(_shape(), out_dtype())
+    return jnp.zeros(out_shape(), out_dtype())
 
 
 @lower("ones.default")
 def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.ones(_shape(), out_dtype())
+    return jnp.ones(out_shape(), out_dtype())
 
 
 @lower("scalar_tensor.default", check=_scalar_tensor_check)
@@ -141,7 +137,7 @@ def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin
     if end is None:
         start, end = 0, start
     dt = out_dtype()
-    n = _shape()[0]
+    n = out_shape()[0]
     if dt in (_F16, _BF16):
         acc = jnp.float32
     elif jnp.issubdtype(dt, jnp.inexact):

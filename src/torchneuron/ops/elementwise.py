@@ -17,24 +17,13 @@ import jax.scipy.special as jsp
 from jax import lax
 
 from ..lowering import lower as _lower_plain
-from ..lowering import out_dtype
-from ..numerics import HALF, cast, is_complex, is_float, upcast
+from ..lowering import in_compute_dtype, in_result_dtype, out_dtype
+from ..numerics import HALF, cast, is_complex, is_float, round_to, upcast
 
 
 # Every elementwise lowering checks PyTorch's dtype support at trace time (probe.py).
-def lower(*names, static=(), check=None):
-    return _lower_plain(*names, static=static, probe=True, check=check)
-
-
-def _compute(*xs, dt=None):
-    """The operands cast to the result dtype."""
-    dt = out_dtype() if dt is None else dt
-    return [cast(jnp.asarray(x), dt) for x in xs]
-
-
-def _cm(*xs):
-    """Operands in the result dtype, then in its compute type."""
-    return upcast(*_compute(*xs))
+def lower(*names, static=(), check=None, compute=None):
+    return _lower_plain(*names, static=static, probe=True, check=check, compute=compute)
 
 
 def _scalar_opmath(*xs):
@@ -73,7 +62,7 @@ def _complex_axpy(x, y, alpha):
     """x + alpha * y for complex results as PyTorch's CPU and CUDA kernels compute it: alpha
     is a complex number, multiplied out in full even when it is 1 or -1 (so an infinite part
     of y meets a zero part of alpha: inf * 0 = nan), which XLA would otherwise simplify."""
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     a = complex(alpha)
     yr, yi = jnp.real(y), jnp.imag(y)
     ar, ai = (jnp.asarray(v, yr.dtype) for v in (a.real, a.imag))
@@ -85,9 +74,9 @@ def add(x, y, alpha=1):
     if is_complex(out_dtype()) and not isinstance(alpha, jax.Array):
         return _complex_axpy(x, y, alpha)
     if _is_one(alpha):
-        x, y = _compute(x, y)
+        x, y = in_result_dtype(x, y)
         return x + y if x.dtype != jnp.bool_ else x | y
-    x, y = _cm(x, y)
+    x, y = in_compute_dtype(x, y)
     if x.dtype == jnp.bool_:
         return x | (y & cast(jnp.asarray(alpha), jnp.bool_))
     return x + y * cast(jnp.asarray(alpha), y.dtype)
@@ -98,9 +87,9 @@ def sub(x, y, alpha=1):
     if is_complex(out_dtype()) and not isinstance(alpha, jax.Array):
         return _complex_axpy(x, y, -complex(alpha))
     if _is_one(alpha):
-        x, y = _compute(x, y)
+        x, y = in_result_dtype(x, y)
         return x - y
-    x, y = _cm(x, y)
+    x, y = in_compute_dtype(x, y)
     return x - y * cast(jnp.asarray(alpha), y.dtype)
 
 
@@ -114,7 +103,7 @@ def mul(x, y):
     h = _scalar_opmath(x, y)
     if h is not None:
         return h[0] * h[1]
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     return x * y if x.dtype != jnp.bool_ else x & y
 
 
@@ -143,7 +132,7 @@ def div(x, y):
     h = _scalar_opmath(x, y)
     if h is not None:
         return true_divide(*h)
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     return true_divide(x, y)
 
 
@@ -186,8 +175,8 @@ def _int_zero_divisor_check(x, y, *rest, rounding_mode="trunc", **kwargs):
 def div_mode(x, y, *, rounding_mode=None):
     dt = out_dtype()
     if rounding_mode is None:
-        return true_divide(*_compute(x, y, dt=dt))
-    x, y = _exact_divisor(*_compute(x, y, dt=dt))
+        return true_divide(*in_result_dtype(x, y, dt=dt))
+    x, y = _exact_divisor(*in_result_dtype(x, y, dt=dt))
     if _is_int(dt):
         x, y = jnp.broadcast_arrays(x, y)  # lax.div and lax.rem do not broadcast
         if rounding_mode == "trunc":
@@ -208,7 +197,7 @@ def floor_divide(x, y):
 
 @lower("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor", check=_int_zero_divisor_check)
 def remainder(x, y):
-    x, y = jnp.broadcast_arrays(*_cm(x, y))
+    x, y = jnp.broadcast_arrays(*in_compute_dtype(x, y))
     if _is_int(x.dtype):
         r = lax.rem(x, y)
         return jnp.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
@@ -218,7 +207,7 @@ def remainder(x, y):
 
 @lower("fmod.Tensor", "fmod.Scalar", check=_int_zero_divisor_check)
 def fmod(x, y):
-    x, y = jnp.broadcast_arrays(*_cm(x, y))
+    x, y = jnp.broadcast_arrays(*in_compute_dtype(x, y))
     if _is_int(x.dtype):
         return lax.rem(x, y)
     return jnp.fmod(x, y)
@@ -397,7 +386,7 @@ def _pow(x, y):
 
 @lower("pow.Tensor_Tensor")
 def pow_tt(x, y):
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     return _pow(x, y)
 
 
@@ -441,13 +430,13 @@ def pow_st(self, exponent):
 
 @lower("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar")
 def float_power(x, y):
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     return jnp.power(x, y)
 
 
 @lower("reciprocal.default")
 def reciprocal(x):
-    (x,) = _compute(x)
+    (x,) = in_result_dtype(x)
     return 1 / x
 
 
@@ -479,34 +468,32 @@ def signbit(x):
 
 @lower("copysign.Tensor", "copysign.Scalar")
 def copysign(x, y):
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     return jnp.copysign(x, y)
 
 
 @lower("lerp.Scalar", "lerp.Tensor")
 def lerp(x, end, weight):
-    x, end, weight = _cm(x, end, weight)
+    x, end, weight = in_compute_dtype(x, end, weight)
     diff = end - x
     return jnp.where(jnp.abs(weight) < 0.5, x + weight * diff, end - diff * (1 - weight))
 
 
-@lower("addcmul.default")
+@lower("addcmul.default", compute=in_compute_dtype)
 def addcmul(x, t1, t2, *, value=1):
-    x, t1, t2 = _cm(x, t1, t2)
     if x.dtype == jnp.bool_:
         return x | (t1 & t2 & cast(jnp.asarray(value), jnp.bool_))
     return x + cast(jnp.asarray(value), x.dtype) * t1 * t2
 
 
-@lower("addcdiv.default")
+@lower("addcdiv.default", compute=in_compute_dtype)
 def addcdiv(x, t1, t2, *, value=1):
-    x, t1, t2 = _cm(x, t1, t2)
     return x + cast(jnp.asarray(value), x.dtype) * (t1 / t2)
 
 
 @lower("square.default")
 def square(x):
-    (x,) = _compute(x)
+    (x,) = in_result_dtype(x)
     return x * x if x.dtype != jnp.bool_ else x
 
 
@@ -514,7 +501,7 @@ def square(x):
 def _unary(name, f):
     @lower(name)
     def fn(x):
-        (x,) = _cm(x)
+        (x,) = in_compute_dtype(x)
         return f(x)
 
     return fn
@@ -586,17 +573,15 @@ for _n, _f in {
     _unary(_n, _f)
 
 
-@lower("sigmoid.default")
+@lower("sigmoid.default", compute=in_compute_dtype)
 def sigmoid(x):
-    (x,) = _cm(x)
     if is_complex(x.dtype):
         return 1 / (1 + jnp.exp(-x))
     return jax.nn.sigmoid(x)
 
 
-@lower("polygamma.default", static=("n",))
+@lower("polygamma.default", static=("n",), compute=in_compute_dtype)
 def polygamma(n, x):
-    (x,) = _cm(x)
     if n == 0:
         return _digamma(x)
     if n == 1:
@@ -609,7 +594,7 @@ def polygamma(n, x):
 def mvlgamma(x, p):
     if p < 1:
         raise RuntimeError("p has to be greater than or equal to 1")
-    (x,) = _cm(x)
+    (x,) = in_compute_dtype(x)
     # PyTorch checks `all(x > (p-1)/2)` on the host; that needs a sync, so
     # out-of-domain inputs give NaN/inf here instead of an error
     offs = jnp.asarray([-(p - 1) / 2 + i / 2 for i in range(p)], x.dtype)
@@ -617,12 +602,16 @@ def mvlgamma(x, p):
     return s + jnp.asarray(p * (p - 1) * math.log(math.pi) / 4, x.dtype)
 
 
-@lower("logit.default", static=("eps",))
+@lower("logit.default", static=("eps",), compute=in_compute_dtype)
 def logit(x, eps=None):
-    (x,) = _cm(x)
-    if eps is not None:
-        x = jnp.where(x < eps, eps, jnp.where(x > 1 - eps, 1 - eps, x)).astype(x.dtype)
-    return jnp.log(x / (1 - x))
+    """PyTorch's CPU kernel: 1 - x and the ratio x / (1 - x) in c10::Half / BFloat16
+    arithmetic (rounded after each operation), the log in float32."""
+    dt = out_dtype()
+    if eps is not None:  # lo = eps and hi = 1 - eps in the result dtype too
+        lo = round_to(jnp.asarray(eps, x.dtype), dt)
+        hi = round_to(1 - lo, dt)
+        x = jnp.where(x < lo, lo, jnp.where(x > hi, hi, x)).astype(x.dtype)
+    return jnp.log(round_to(x / round_to(1 - x, dt), dt))
 
 
 def _int_passthrough(name, f):
@@ -656,15 +645,13 @@ def frac(x):
     return x - jnp.trunc(x)
 
 
-@lower("atan2.default")
+@lower("atan2.default", compute=in_compute_dtype)
 def atan2(x, y):
-    x, y = _cm(x, y)
     return jnp.arctan2(x, y)
 
 
-@lower("hypot.default")
+@lower("hypot.default", compute=in_compute_dtype)
 def hypot(x, y):
-    x, y = _cm(x, y)
     return jnp.hypot(x, y)
 
 
@@ -682,35 +669,33 @@ def _logaddexp_complex(x, y):
     return jnp.where(jnp.isnan(mnr) | jnp.isnan(mn.imag), nan, r)
 
 
-@lower("logaddexp.default")
+@lower("logaddexp.default", compute=in_compute_dtype)
 def logaddexp(x, y):
-    x, y = _cm(x, y)
     if is_complex(x.dtype):
         return _logaddexp_complex(x, y)
     return jnp.logaddexp(x, y)
 
 
-@lower("logaddexp2.default")
+@lower("logaddexp2.default", compute=in_compute_dtype)
 def logaddexp2(x, y):
-    x, y = _cm(x, y)
     return jnp.logaddexp2(x, y)
 
 
 @lower("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other")
 def xlogy(x, y):
-    x, y = _cm(x, y)
+    x, y = in_compute_dtype(x, y)
     return jnp.where(jnp.isnan(y), jnp.nan, jnp.where(x == 0, 0, x * jnp.log(y))).astype(x.dtype)
 
 
 @lower("special_xlog1py.default", "special_xlog1py.self_scalar", "special_xlog1py.other_scalar")
 def xlog1py(x, y):
-    x, y = _cm(x, y)
+    x, y = in_compute_dtype(x, y)
     return jnp.where(jnp.isnan(y), jnp.nan, jnp.where(x == 0, 0, x * jnp.log1p(y))).astype(x.dtype)
 
 
 @lower("special_zeta.default", "special_zeta.self_scalar", "special_zeta.other_scalar")
 def zeta(x, q):
-    x, q = _cm(x, q)
+    x, q = in_compute_dtype(x, q)
     return _zeta(x, q)
 
 
@@ -754,21 +739,19 @@ def _igamma_edges(a, x, val, upper):
     return jnp.where((x < 0) | (a < 0), nan, r)
 
 
-@lower("igamma.default")
+@lower("igamma.default", compute=in_compute_dtype)
 def igamma(a, x):
-    a, x = _cm(a, x)
     return _igamma_edges(a, x, jsp.gammainc(a, x), upper=False)
 
 
-@lower("igammac.default")
+@lower("igammac.default", compute=in_compute_dtype)
 def igammac(a, x):
-    a, x = _cm(a, x)
     return _igamma_edges(a, x, jsp.gammaincc(a, x), upper=True)
 
 
 @lower("nextafter.default")
 def nextafter(x, y):
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     return jnp.nextafter(x, y)
 
 
@@ -781,7 +764,7 @@ def nan_to_num(x, nan=None, posinf=None, neginf=None):
 
 @lower("heaviside.default")
 def heaviside(x, values):
-    x, values = _compute(x, values)
+    x, values = in_result_dtype(x, values)
     return jnp.where(x == 0, values, (x > 0).astype(x.dtype))
 
 
@@ -795,7 +778,7 @@ def conj_physical(x):
 def angle(x):
     if is_complex(x.dtype):
         return jnp.angle(x)
-    (x,) = _compute(x)
+    (x,) = in_result_dtype(x)
     return jnp.where(x < 0, jnp.pi, 0).astype(x.dtype) + jnp.where(jnp.isnan(x), x, 0)
 
 
@@ -849,13 +832,13 @@ def frexp(x):
 
 @lower("gcd.default")
 def gcd(x, y):
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     return jnp.gcd(x, y)
 
 
 @lower("lcm.default")
 def lcm(x, y):
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     g = jnp.gcd(x, y)
     safe = jnp.where(g == 0, jnp.ones_like(g), g)
     return jnp.where(g == 0, jnp.zeros_like(g), jnp.abs(x // safe * y))
@@ -879,7 +862,7 @@ for _n, _f in {"eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less, "le": jnp.l
 
 def _binary(f):
     def fn(x, y):
-        x, y = _compute(x, y)
+        x, y = in_result_dtype(x, y)
         return f(x, y)
     return fn
 
@@ -961,7 +944,7 @@ def bitwise_not(x):
 # ---------------------------------------------------------------- where / clamp
 @lower("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
 def where(cond, x, y):
-    x, y = _compute(x, y)
+    x, y = in_result_dtype(x, y)
     return jnp.where(cond, x, y)
 
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..lowering import AfterMeta, index_checks, lower, out_meta, read_back
+from ..lowering import AfterMeta, index_checks, lower, out_meta, out_shape, read_back
 from ..numerics import canon_dim, cast, pnorm_last
 
 aten = torch.ops.aten
@@ -98,13 +98,6 @@ def _masked_scatter_check(self, mask, source):
 # ---------------------------------------------------------------- small helpers
 def _as1(x):
     return x.reshape(1) if x.ndim == 0 else x
-
-
-def _out_shape():
-    m = out_meta()
-    if isinstance(m, (list, tuple)):
-        m = m[0]
-    return tuple(m.shape)
 
 
 def _bool_math(x):
@@ -262,7 +255,7 @@ def _unsafe_masked_index_put_accumulate(x, mask, indices, values):
 # ---------------------------------------------------------------- gather / scatter
 @lower("gather.default", bounds=_gather_like(RuntimeError))
 def gather(x, dim, index, *, sparse_grad=False):
-    shape = _out_shape()
+    shape = out_shape()
     x1, i1 = _as1(x), _as1(index)
     dim = canon_dim(dim, x.ndim)
     if i1.size == 0:
@@ -325,7 +318,7 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
 # ---------------------------------------------------------------- index_* along a dim
 @lower("index_select.default", bounds=_along(False, lambda d, n: _range_err()))
 def index_select(x, dim, index):
-    shape = _out_shape()
+    shape = out_shape()
     x1 = _as1(x)
     dim = canon_dim(dim, x.ndim)
     i = jnp.asarray(index).reshape(-1)
@@ -396,7 +389,7 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
 # ---------------------------------------------------------------- masks
 @lower("masked_fill.Scalar", "masked_fill.Tensor")
 def masked_fill(x, mask, value):
-    shape = _out_shape()
+    shape = out_shape()
     v = cast(jnp.asarray(value), x.dtype)
     return jnp.where(jnp.broadcast_to(mask, shape), v, jnp.broadcast_to(x, shape))
 
@@ -408,7 +401,7 @@ def _masked_positions(m):
 
 @lower("masked_scatter.default", check=_masked_scatter_check)
 def masked_scatter(x, mask, source):
-    shape = _out_shape()
+    shape = out_shape()
     xb = jnp.broadcast_to(x, shape).reshape(-1)
     m = jnp.broadcast_to(mask, shape).reshape(-1)
     src = cast(source, x.dtype).reshape(-1)
@@ -420,7 +413,7 @@ def masked_scatter(x, mask, source):
 
 @lower("masked_scatter_backward.default")
 def masked_scatter_backward(grad_output, mask, sizes):
-    shape = _out_shape()
+    shape = out_shape()
     n = math.prod(shape)
     g = grad_output.reshape(-1)
     m = jnp.broadcast_to(mask, grad_output.shape).reshape(-1)

@@ -11,23 +11,14 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..numerics import cast, scalar_type_name
+from ..numerics import cast, opmath, scalar_type_name
 from ..lowering import lower, meta_kernel, out_dtype, out_meta
 
 HIGHEST = lax.Precision.HIGHEST
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-
-
-def acc_dtype(dt):
-    """The type a product of `dt` values accumulates in."""
-    dt = jnp.dtype(dt)
-    return jnp.dtype(jnp.float32) if dt in _HALF else dt
-
-
 def dot(a, b, contract, batch=((), ()), dt=None):
     """dot_general in the accumulation type of `dt` (default: a's dtype)."""
     dt = jnp.dtype(dt or a.dtype)
-    acc = acc_dtype(dt)
+    acc = opmath(dt)
     a, b = cast(a, dt), cast(b, dt)
     prec = HIGHEST if jnp.issubdtype(dt, jnp.inexact) else None
     return lax.dot_general(a, b, (contract, batch), precision=prec, preferred_element_type=acc)
@@ -103,14 +94,14 @@ def addmm(self, m1, m2, *, beta=1, alpha=1):
 @lower("addmm.dtype")
 def addmm_dtype(self, m1, m2, out_dtype_, *, beta=1, alpha=1):
     dt = out_dtype()
-    return _add_beta(cast(dot(m1, m2, ((1,), (0,))), acc_dtype(dt)), self, beta, alpha, dt)
+    return _add_beta(cast(dot(m1, m2, ((1,), (0,))), opmath(dt)), self, beta, alpha, dt)
 
 
 @lower("_addmm_activation.default")
 def addmm_activation(self, m1, m2, *, beta=1, alpha=1, use_gelu=False):
     dt = out_dtype()
     r = _add_beta(dot(m1, m2, ((1,), (0,)), dt=dt), self, beta, alpha, dt)
-    r = cast(r, acc_dtype(dt))  # PyTorch rounds the addmm result, then activates
+    r = cast(r, opmath(dt))  # PyTorch rounds the addmm result, then activates
     if use_gelu:
         r = jax.nn.gelu(r, approximate=False)
     else:
@@ -127,7 +118,7 @@ def baddbmm(self, b1, b2, *, beta=1, alpha=1):
 @lower("baddbmm.dtype")
 def baddbmm_dtype(self, b1, b2, out_dtype_, *, beta=1, alpha=1):
     dt = out_dtype()
-    p = cast(dot(b1, b2, ((2,), (1,)), ((0,), (0,))), acc_dtype(dt))
+    p = cast(dot(b1, b2, ((2,), (1,)), ((0,), (0,))), opmath(dt))
     return _add_beta(p, self, beta, alpha, dt)
 
 
@@ -168,7 +159,7 @@ def vdot(a, b):
 @lower("addr.default")
 def addr(self, v1, v2, *, beta=1, alpha=1):
     dt = out_dtype()
-    acc = acc_dtype(dt)
+    acc = opmath(dt)
     if dt == jnp.bool_:
         prod = cast(v1, jnp.bool_)[:, None] & cast(v2, jnp.bool_)[None, :]
     else:

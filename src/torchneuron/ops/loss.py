@@ -12,15 +12,10 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..numerics import cast, not_implemented, opmath, scalar_type_name
-from ..lowering import lower, meta_kernel, out_dtype
+from ..numerics import cast, not_implemented, scalar_type_name
+from ..lowering import in_opmath, lower, meta_kernel, out_dtype
 
 NONE, MEAN, SUM = 0, 1, 2
-
-
-def _up(*xs, dt=None):
-    dt = opmath(out_dtype() if dt is None else dt)
-    return [None if x is None else cast(jnp.asarray(x), dt) for x in xs]
 
 
 def _reduce(loss, reduction):
@@ -58,7 +53,7 @@ def _nll_pick(x, target, weight, ignore_index, cdim):
 
 def _nll_forward(x, target, weight, reduction, ignore_index):
     dt = out_dtype(0)
-    x, weight = _up(x, weight, dt=dt)
+    x, weight = in_opmath(x, weight, dt=dt)
     cdim = 0 if x.ndim == 1 else 1
     picked, wt, valid, in_range, _ = _nll_pick(x, target, weight, ignore_index, cdim)
     loss = -picked * wt
@@ -75,7 +70,7 @@ def _nll_forward(x, target, weight, reduction, ignore_index):
 
 def _nll_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight):
     dt = out_dtype()
-    g, xx, weight, tw = _up(grad_output, x, weight, total_weight, dt=dt)
+    g, xx, weight, tw = in_opmath(grad_output, x, weight, total_weight, dt=dt)
     cdim = 0 if xx.ndim == 1 else 1
     _, wt, valid, in_range, ts = _nll_pick(xx, target, weight, ignore_index, cdim)
     if reduction == MEAN:
@@ -101,20 +96,20 @@ lower("nll_loss_backward.default", "nll_loss2d_backward.default")(_nll_backward)
 # ---------------------------------------------------------------- regression losses
 @lower("mse_loss.default")
 def mse_loss(x, target, reduction=MEAN):
-    x, t = _up(x, target)
+    x, t = in_opmath(x, target)
     d = x - t
     return _reduce(d * d, reduction)
 
 
 @lower("mse_loss_backward.default")
 def mse_loss_backward(grad_output, x, target, reduction):
-    g, xx, t = _up(grad_output, x, target)
+    g, xx, t = in_opmath(grad_output, x, target)
     return 2 * (xx - t) * g * _norm(xx, reduction)
 
 
 @lower("smooth_l1_loss.default")
 def smooth_l1_loss(x, target, reduction=MEAN, beta=1.0):
-    x, t = _up(x, target)
+    x, t = in_opmath(x, target)
     z = jnp.abs(x - t)
     if beta == 0:
         return _reduce(z, reduction)
@@ -124,7 +119,7 @@ def smooth_l1_loss(x, target, reduction=MEAN, beta=1.0):
 
 @lower("smooth_l1_loss_backward.default")
 def smooth_l1_loss_backward(grad_output, x, target, reduction, beta):
-    g, xx, t = _up(grad_output, x, target)
+    g, xx, t = in_opmath(grad_output, x, target)
     d = xx - t
     n = _norm(d, reduction)
     inner = n * d * g / beta if beta != 0 else jnp.zeros_like(d)
@@ -133,7 +128,7 @@ def smooth_l1_loss_backward(grad_output, x, target, reduction, beta):
 
 @lower("huber_loss.default")
 def huber_loss(x, target, reduction=MEAN, delta=1.0):
-    x, t = _up(x, target)
+    x, t = in_opmath(x, target)
     z = jnp.abs(x - t)
     loss = jnp.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta))
     return _reduce(loss, reduction)
@@ -141,7 +136,7 @@ def huber_loss(x, target, reduction=MEAN, delta=1.0):
 
 @lower("huber_loss_backward.default")
 def huber_loss_backward(grad_output, x, target, reduction, delta):
-    g, xx, t = _up(grad_output, x, target)
+    g, xx, t = in_opmath(grad_output, x, target)
     d = xx - t
     n = _norm(d, reduction)
     return jnp.where(d <= -delta, -n * g * delta, jnp.where(d >= delta, n * g * delta, n * d * g))
@@ -150,7 +145,7 @@ def huber_loss_backward(grad_output, x, target, reduction, delta):
 # ---------------------------------------------------------------- classification losses
 @lower("binary_cross_entropy.default")
 def binary_cross_entropy(x, target, weight=None, reduction=MEAN):
-    x, t, w = _up(x, target, weight)
+    x, t, w = in_opmath(x, target, weight)
     # PyTorch's CPU kernel checks 0 <= x <= 1 on the host; out-of-range x gives NaN here
     loss = (t - 1) * jnp.maximum(jnp.log1p(-x), -100.0) - t * jnp.maximum(jnp.log(x), -100.0)
     if w is not None:
@@ -160,7 +155,7 @@ def binary_cross_entropy(x, target, weight=None, reduction=MEAN):
 
 @lower("binary_cross_entropy_backward.default")
 def binary_cross_entropy_backward(grad_output, x, target, weight=None, reduction=MEAN):
-    g, xx, t, w = _up(grad_output, x, target, weight)
+    g, xx, t, w = in_opmath(grad_output, x, target, weight)
     r = g * (xx - t) / jnp.maximum(xx * (1 - xx), 1e-12)
     if w is not None:
         r = r * w
@@ -173,7 +168,7 @@ def _log_sigmoid(x):
 
 @lower("binary_cross_entropy_with_logits.default")
 def binary_cross_entropy_with_logits(x, target, weight=None, pos_weight=None, reduction=MEAN):
-    x, t, w, pw = _up(x, target, weight, pos_weight)
+    x, t, w, pw = in_opmath(x, target, weight, pos_weight)
     ls = _log_sigmoid(x)
     if pw is not None:
         ls = ls * ((pw - 1) * t + 1)
@@ -185,13 +180,13 @@ def binary_cross_entropy_with_logits(x, target, weight=None, pos_weight=None, re
 
 @lower("soft_margin_loss.default")
 def soft_margin_loss(x, target, reduction=MEAN):
-    x, t = _up(x, target)
+    x, t = in_opmath(x, target)
     return _reduce(jnp.log1p(jnp.exp(-t * x)), reduction)
 
 
 @lower("soft_margin_loss_backward.default")
 def soft_margin_loss_backward(grad_output, x, target, reduction):
-    g, xx, t = _up(grad_output, x, target)
+    g, xx, t = in_opmath(grad_output, x, target)
     z = jnp.exp(-t * xx)
     return -_norm(xx, reduction) * t * z / (1 + z) * g
 
@@ -207,7 +202,7 @@ def _multi_margin_meta(self, target, p=1, margin=1, weight=None, reduction=MEAN)
 
 @lower("multi_margin_loss.default", static=("p",), device_meta=_multi_margin_meta)
 def multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=MEAN):
-    x, w = _up(x, weight)
+    x, w = in_opmath(x, weight)
     x2 = x.reshape(1, -1) if x.ndim <= 1 else x
     n, c = x2.shape
     t = target.reshape(-1).astype(jnp.int64)
@@ -228,7 +223,7 @@ def multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=MEAN):
 
 @lower("multi_margin_loss_backward.default", static=("p",))
 def multi_margin_loss_backward(grad_output, x, target, p, margin, weight=None, reduction=MEAN):
-    g, xx, w = _up(grad_output, x, weight)
+    g, xx, w = in_opmath(grad_output, x, weight)
     x2 = xx.reshape(1, -1) if xx.ndim <= 1 else xx
     n, c = x2.shape
     t = target.reshape(-1).astype(jnp.int64)
@@ -273,7 +268,7 @@ def _multilabel_margin_forward_meta(self, target, reduction):
 @lower("multilabel_margin_loss_forward.default", device_meta=_multilabel_margin_forward_meta)
 def multilabel_margin_loss_forward(x, target, reduction):
     dt = out_dtype(0)
-    (xx,) = _up(x, dt=dt)
+    (xx,) = in_opmath(x, dt=dt)
     x2 = xx.reshape(1, -1) if xx.ndim <= 1 else xx
     t2 = target.reshape(x2.shape)
     c = x2.shape[1]
@@ -293,7 +288,7 @@ def multilabel_margin_loss_forward(x, target, reduction):
 
 @lower("multilabel_margin_loss_backward.default")
 def multilabel_margin_loss_backward(grad_output, x, target, reduction, is_target):
-    g, xx = _up(grad_output, x)
+    g, xx = in_opmath(grad_output, x)
     x2 = xx.reshape(1, -1) if xx.ndim <= 1 else xx
     n, c = x2.shape
     t2 = target.reshape(x2.shape)

@@ -16,16 +16,10 @@ import torch
 from jax import lax
 
 from ..numerics import canon_dim, cast, opmath, storage_numel
-from ..lowering import device_mismatch, lower, out_dtype, out_meta, read_back
+from ..lowering import (device_mismatch, follow_input_format, lower, out_dtype, out_meta,
+                        out_shape, read_back)
 
 aten = torch.ops.aten
-
-
-def _shape():
-    m = out_meta()
-    if isinstance(m, (list, tuple)):
-        m = m[0]
-    return tuple(m.shape)
 
 
 def _transpose_of(fn, in_shape, dtype, ct):
@@ -39,7 +33,7 @@ def _transpose_of(fn, in_shape, dtype, ct):
 @lower("cat.default")
 def cat(tensors, dim=0):
     dt = out_dtype()
-    shape = _shape()
+    shape = out_shape()
     # legacy behaviour: 1-D empty tensors are skipped whatever their shape
     parts = [cast(jnp.asarray(t), dt) for t in tensors
              if not (jnp.ndim(t) == 1 and jnp.shape(t)[0] == 0)]
@@ -55,7 +49,7 @@ def cat(tensors, dim=0):
 @lower("stack.default")
 def stack(tensors, dim=0):
     dt = out_dtype()
-    dim = canon_dim(dim, len(_shape()))
+    dim = canon_dim(dim, len(out_shape()))
     return jnp.stack([cast(jnp.asarray(t), dt) for t in tensors], axis=dim)
 
 
@@ -88,7 +82,7 @@ def unbind_copy(x, dim=0):
 # ---------------------------------------------------------------- padding
 @lower("constant_pad_nd.default")
 def constant_pad_nd(x, pad, value=0):
-    shape = _shape()
+    shape = out_shape()
     n = len(pad) // 2
     cfg = [(0, 0, 0)] * x.ndim
     for i in range(n):
@@ -121,18 +115,6 @@ def _reflect(x, padding):
 
 def _replicate(x, padding):
     return _pad_mode(x, padding, "edge")
-
-
-def follow_input_format(out, x):
-    """`out` (a meta result) in `x`'s channels-last format when x is channels-last and out
-    has x's rank (4-d: channels_last, 5-d: channels_last_3d), as the CPU's and CUDA's
-    kernels return and PyTorch's test_memory_format expects; else `out`."""
-    from torch._prims_common import suggest_memory_format
-
-    fmt = suggest_memory_format(x) if x.dim() in (4, 5) else torch.contiguous_format
-    if fmt != torch.contiguous_format and out.dim() == x.dim():
-        return torch.empty_like(out, memory_format=fmt)
-    return out
 
 
 def _pad_meta(kind):
@@ -190,7 +172,7 @@ def roll(x, shifts, dims=()):
 
 @lower("repeat.default")
 def repeat(x, repeats):
-    shape = _shape()
+    shape = out_shape()
     lead = len(repeats) - x.ndim
     xr = x.reshape((1,) * lead + x.shape)
     if math.prod(shape) == 0:
@@ -225,7 +207,7 @@ def _ri_normalize(repeats, *, output_size=None):
 @lower("repeat_interleave.Tensor", normalize=_ri_normalize)
 def repeat_interleave(repeats, *, output_size=None):
     n = repeats.shape[0] if repeats.ndim else 1
-    total = _shape()[0]
+    total = out_shape()[0]
     return jnp.repeat(jnp.arange(n, dtype=repeats.dtype), repeats.reshape(-1),
                       total_repeat_length=total)
 
@@ -255,7 +237,7 @@ def _diag_set(x, src, offset, dim1, dim2, add=False):
 
 @lower("diagonal_copy.default")
 def diagonal_copy(x, offset=0, dim1=0, dim2=1):
-    shape = _shape()
+    shape = out_shape()
     if math.prod(shape) == 0:
         return jnp.zeros(shape, x.dtype)
     return jnp.diagonal(x, offset, canon_dim(dim1, x.ndim), canon_dim(dim2, x.ndim))
@@ -274,7 +256,7 @@ def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
 
 @lower("diag_embed.default")
 def diag_embed(x, offset=0, dim1=-2, dim2=-1):
-    shape = _shape()
+    shape = out_shape()
     nd = len(shape)
     d1, d2 = canon_dim(dim1, nd), canon_dim(dim2, nd)
     z = jnp.zeros(shape, x.dtype)
@@ -382,7 +364,7 @@ def as_strided_scatter(x, src, size, stride, storage_offset=None):
 # ---------------------------------------------------------------- *_copy twins of views
 @lower("expand_copy.default")
 def expand_copy(x, size, *, implicit=False):
-    return jnp.broadcast_to(x, _shape())
+    return jnp.broadcast_to(x, out_shape())
 
 
 @lower("permute_copy.default")
@@ -392,12 +374,12 @@ def permute_copy(x, dims):
 
 @lower("view_copy.default")
 def view_copy(x, size):
-    return x.reshape(_shape())
+    return x.reshape(out_shape())
 
 
 @lower("unfold_copy.default")
 def unfold_copy(x, dimension, size, step):
-    shape = _shape()
+    shape = out_shape()
     if x.ndim == 0:
         return x.reshape(shape)
     dim = canon_dim(dimension, x.ndim)
@@ -464,7 +446,7 @@ def _im2col(x, kernel_size, dilation, padding, stride):
 
 @lower("im2col.default")
 def im2col(x, kernel_size, dilation, padding, stride):
-    shape = _shape()
+    shape = out_shape()
     if math.prod(shape) == 0:
         return jnp.zeros(shape, x.dtype)
     batched = x.ndim == 4
@@ -475,7 +457,7 @@ def im2col(x, kernel_size, dilation, padding, stride):
 
 @lower("col2im.default")
 def col2im(x, output_size, kernel_size, dilation, padding, stride):
-    shape = _shape()
+    shape = out_shape()
     if math.prod(shape) == 0:
         return jnp.zeros(shape, x.dtype)
     batched = x.ndim == 3
@@ -551,7 +533,7 @@ def _padded_to_jagged_meta(dense, offsets, total_L=None):
 def padded_dense_to_jagged(dense, offsets, total_L=None):
     _one_jagged_dim(offsets)
     off = offsets[0].astype(jnp.int64)
-    total = _shape()[0]
+    total = out_shape()[0]
     batch, s_len = dense.shape[0], dense.shape[1]
     rest = dense.shape[2:]
     zeros = jnp.zeros((total,) + rest, dense.dtype)

@@ -8,19 +8,13 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 from jax import lax
 
-from ..lowering import in_result_dtype
+from ..lowering import in_compute_dtype, in_result_dtype
 from ..lowering import lower as _lower_plain
-from ..numerics import upcast
 
 
 # Every special-function lowering checks PyTorch's dtype support at trace time (probe.py).
 def lower(*names, static=()):
     return _lower_plain(*names, static=static, probe=True)
-
-
-def _cm(*xs):
-    """Operands in the result dtype, then in its compute type."""
-    return upcast(*in_result_dtype(*xs))
 
 
 # ---------------------------------------------------------------- Bessel and Airy functions
@@ -311,7 +305,7 @@ def _pm(cond, dt):
 
 def _cheb(kind, shifted):
     def fn(x, n):
-        (x,) = _cm(x)
+        (x,) = in_compute_dtype(x)
         x, n = _poly_n(n, x)
         nf = n.astype(x.dtype)
         dt = x.dtype
@@ -357,7 +351,7 @@ def _cheb(kind, shifted):
 
 def _hermite(physicists):
     def fn(x, n):
-        (x,) = _cm(x)
+        (x,) = in_compute_dtype(x)
         x, n = _poly_n(n, x)
         limit = 128 if x.dtype == jnp.float32 else 512
         iters = jnp.where(n > limit, 0, n - 1)
@@ -376,7 +370,7 @@ def _hermite(physicists):
 
 
 def _laguerre(x, n):
-    (x,) = _cm(x)
+    (x,) = in_compute_dtype(x)
     x, n = _poly_n(n, x)
     q0 = 1 - x
     rec = _recurrence(x, jnp.where(x == 0, 0, n - 1), q0,
@@ -387,7 +381,7 @@ def _laguerre(x, n):
 
 
 def _legendre(x, n):
-    (x,) = _cm(x)
+    (x,) = in_compute_dtype(x)
     x, n = _poly_n(n, x)
     rec = _recurrence(x, jnp.where(jnp.abs(x) == 1, 0, n - 1), x,
                       lambda j, p, q: ((2 * (j + 1) + 1) * x * q - (j + 1) * p) / (j + 2))

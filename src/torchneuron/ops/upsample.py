@@ -18,20 +18,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..numerics import cast
+from ..numerics import cast, is_float, opmath
 from ..lowering import lower
 
 HIGHEST = lax.Precision.HIGHEST
-_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
 
 def _acc(dt):
+    """The type upsampling computes in: opmath of a floating dtype, float32 for integers."""
     dt = jnp.dtype(dt)
-    if dt in _HALF:
-        return jnp.dtype(jnp.float32)
-    if not jnp.issubdtype(dt, jnp.inexact):
-        return jnp.dtype(jnp.float32)
-    return dt
+    return opmath(dt) if is_float(dt) else jnp.dtype(jnp.float32)
 
 
 # ---------------------------------------------------------------- host-side plans
