@@ -257,14 +257,13 @@ def _memory_format_case(test, mi, tmpl, fi, dtype, device, training, seed, cots,
                 t.data = t.data.contiguous(memory_format=fmt)
         return m
 
+    cpu_f, dev_f = [], []
     cpu_cl = _run_module(in_fmt(copy.deepcopy(tmpl)), fi, "cpu", training=training, seed=seed,
-                         cots=cots, memory_format=fmt)
-    cpu_f = _run_module.formats
+                         cots=cots, memory_format=fmt, formats=cpu_f)
     try:
         with _Fallbacks() as fb:
             dev = _run_module(in_fmt(copy.deepcopy(tmpl).to(device)), fi, device, training=training,
-                              seed=seed, cots=cots, memory_format=fmt)
-        dev_f = _run_module.formats
+                              seed=seed, cots=cots, memory_format=fmt, formats=dev_f)
     except Exception as e:  # noqa: BLE001
         _record(rec, "channels_last", ["ERROR", _exc(e)])
         return False
@@ -279,9 +278,11 @@ def _memory_format_case(test, mi, tmpl, fi, dtype, device, training, seed, cots,
 
 
 def _run_module(m, fi, device, *, training, seed, wide=False, noncontig=False, cots=None,
-                memory_format=None):
+                memory_format=None, formats=None):
     """Forward (and backward with `cots`) of module `m` (already on `device`) on a copy of the
-    forward input; returns (outputs, buffers, grads) on the CPU and the cotangents used."""
+    forward input; returns (outputs, buffers, grads) on the CPU and the cotangents used.
+    With `memory_format`, the inputs go in that format and `formats` (a list) receives the
+    outputs' formats (:func:`_out_formats`)."""
     import torch
 
     m.train(training)
@@ -290,8 +291,8 @@ def _run_module(m, fi, device, *, training, seed, wide=False, noncontig=False, c
         args, kwargs = _in_format(args, memory_format), _in_format(kwargs, memory_format)
     torch.manual_seed(seed)
     out = m(*args, **kwargs)
-    if memory_format is not None:
-        _run_module.formats = _out_formats(out)
+    if formats is not None:
+        formats.extend(_out_formats(out))
     outs = _diff_outputs(out)
     grads = None
     if cots is not None and outs:
