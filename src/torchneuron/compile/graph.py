@@ -5,10 +5,13 @@ AOTAutograd hands us functional aten graphs (forward, backward or inference).
 At the first call with a given input signature (shapes, strides, dtypes,
 storage sharing, Python scalars) the graph is traced with ``interpret.run_graph``
 between view reads of the inputs' cells and view writes of mutated inputs,
-lowered to StableHLO and compiled once.  A call then walks the arguments,
-calls the executable on the cells' flat jax arrays, stores mutated inputs'
-new arrays back into their cells and wraps the results as new neuron tensors.
-No host round trip and no per-op dispatch at run time.
+lowered to StableHLO and compiled once into a ``dispatch.runner.Executable``
+(the type eager ops use; its return plan in the same ``dispatch.plan``
+vocabulary).  A call walks the arguments with eager dispatch's ``Walk`` and runs
+the executable through ``dispatch.runner.run``, as an eager op does: on the
+cells' flat jax arrays, mutated inputs' new arrays stored back into their cells,
+the results wrapped as new neuron tensors.  No host round trip and no per-op
+dispatch at run time.
 
 Ops that no lowering (nor a traced decomposition) covers split the graph:
 the lowerable runs are compiled as above and the rest runs node by node
