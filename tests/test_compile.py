@@ -440,3 +440,22 @@ def test_persistent_cache_across_processes(tmp_path):
     expected = (torch.sin(x) @ x.t()).relu().sum(0)
     assert_same(torch.tensor(second["y"]), expected, atol=1e-4, rtol=1e-5)
     assert first["y"] == second["y"]
+
+
+def test_graph_returning_a_value_twice_beside_new_results():
+    """An output leaf returned twice (an in-place op's result and the view it wrote) beside
+    a new result: each new result is laid out from its own leaf (a duplicated leaf once
+    shifted every later new result onto the wrong value: found by the fuzzer)."""
+    def program(v0):
+        v1 = v0.t()
+        v2 = v1.add_(1)
+        v3 = torch.sum(v0, 0)
+        v4 = v3 * 2
+        return [v0, v1, v2, v3, v4]
+
+    x = torch.tensor([3.0, 1.5, -2.0, 0.25]).reshape(2, 2)
+    want = program(x.clone())
+    got = torch.compile(program, backend="neuron")(x.clone().to("neuron"))
+    for w, g in zip(want, got):
+        assert g.shape == w.shape and g.stride() == w.stride()
+        assert torch.equal(g.cpu(), w)

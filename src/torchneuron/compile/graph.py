@@ -322,8 +322,7 @@ class CompiledGraph:
                 in_plans.append(a)
 
         # outputs: inputs returned as they are, views of inputs, or new tensors
-        leaf_plans, news, consts = self._plan_outputs(args, metas)
-        new_leaves = [k for k, p in enumerate(leaf_plans) if type(p) is New]
+        leaf_plans, news, new_leaves, consts = self._plan_outputs(args, metas)
         write_plans = []
         cpu_writes = []
         for i in self.mutated:
@@ -395,8 +394,8 @@ class CompiledGraph:
 
     def _plan_outputs(self, args, metas):
         """A return plan per output leaf (New, Arg, ArgView, NewView, Const; a leaf met
-        again gets the same plan object), the new results' OutSpecs, and the leaves
-        whose Const the trace fills in."""
+        again gets the same plan object), the new results' OutSpecs, the leaf each new
+        result is computed from, and the leaves whose Const the trace fills in."""
         pidx = {n: i for i, n in enumerate(self.placeholders)}
         in_store = {}
         for n, i in pidx.items():
@@ -405,6 +404,7 @@ class CompiledGraph:
                 in_store.setdefault(StorageWeakRef(m.untyped_storage()), (i, m))
         plans = []
         news = []
+        new_leaves = []
         consts = []
         new_store = {}
         seen = {}
@@ -445,11 +445,12 @@ class CompiledGraph:
             sp = _out_layout(m)
             plans.append(New(len(news)))
             news.append(sp)
+            new_leaves.append(k)
             # later outputs may alias this one when it is laid out exactly as PyTorch's
             if (sp.strides == strides and int(m.storage_offset()) == 0
                     and m.untyped_storage().nbytes() == sp.nbytes):
                 new_store.setdefault(ref, len(news) - 1)
-        return plans, news, consts
+        return plans, news, new_leaves, consts
 
     # ------------------------------------------------------------ split graphs
     def _host_nodes(self):
