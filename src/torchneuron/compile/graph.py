@@ -322,7 +322,7 @@ class CompiledGraph:
                 in_plans.append(a)
 
         # outputs: inputs returned as they are, views of inputs, or new tensors
-        leaf_plans, news, new_leaves, consts = self._plan_outputs(args, metas)
+        leaf_plans, news, new_leaves, consts, dups = self._plan_outputs(args, metas)
         write_plans = []
         cpu_writes = []
         for i in self.mutated:
@@ -381,6 +381,8 @@ class CompiledGraph:
         leaves = trace_info["leaves"]
         for k in consts:  # values the trace computed (a SymInt, a bool)
             leaf_plans[k] = Const(_concrete(leaves[k]))
+        for k, first in dups.items():  # a leaf met again: the same plan, so the same value
+            leaf_plans[k] = leaf_plans[first]
         exe = Executable(compiled, index, news, write_slots, _plan_tree(self.out_tmpl, leaf_plans),
                          nrandom=trace_info.get("random", 0) if has_rng else 0)
         exe.host_writes = cpu_writes
@@ -394,8 +396,9 @@ class CompiledGraph:
 
     def _plan_outputs(self, args, metas):
         """A return plan per output leaf (New, Arg, ArgView, NewView, Const; a leaf met
-        again gets the same plan object), the new results' OutSpecs, the leaf each new
-        result is computed from, and the leaves whose Const the trace fills in."""
+        again gets the first one's plan object, after the trace: `dups`), the new results'
+        OutSpecs, the leaf each new result is computed from, and the leaves whose Const
+        the trace fills in."""
         pidx = {n: i for i, n in enumerate(self.placeholders)}
         in_store = {}
         for n, i in pidx.items():
@@ -406,6 +409,7 @@ class CompiledGraph:
         news = []
         new_leaves = []
         consts = []
+        dups = {}
         new_store = {}
         seen = {}
         for k, leaf in enumerate(self.out_leaves):
@@ -413,7 +417,8 @@ class CompiledGraph:
                 plans.append(Const(leaf))
                 continue
             if leaf in seen:
-                plans.append(plans[seen[leaf]])
+                dups[k] = seen[leaf]
+                plans.append(None)
                 continue
             seen[leaf] = k
             src = leaf
@@ -450,7 +455,7 @@ class CompiledGraph:
             if (sp.strides == strides and int(m.storage_offset()) == 0
                     and m.untyped_storage().nbytes() == sp.nbytes):
                 new_store.setdefault(ref, len(news) - 1)
-        return plans, news, new_leaves, consts
+        return plans, news, new_leaves, consts, dups
 
     # ------------------------------------------------------------ split graphs
     def _host_nodes(self):
