@@ -416,3 +416,23 @@ def test_fused_with_the_executable_store_runs_convolutions_alone(tmp_path):
     assert out["store"] and out["writes"] > 0
     assert out["seen"] == [[0, "Cell", True]] * 3
     assert out["recorded"] >= 2  # the later multiplications were recorded
+
+
+def test_program_cache_past_its_cap_keeps_computing_right():
+    """Fused programs over cap + 50 structures (each run twice, so each is compiled) with a
+    small cap: the cache stays at the cap, the oldest programs go, results equal the CPU's."""
+    cap = 4
+    saved, lazy._compiled.cap = lazy._compiled.cap, cap
+    evicted, compiled = lazy._compiled.evictions, lazy.STATS.compiles
+    try:
+        with torchneuron.eager_mode("fused"):
+            for n in range(2, 2 + cap + 50):
+                x = torch.arange(float(n))
+                for _ in range(2):
+                    got = ((x.to("neuron") * 2 + 1).sin() - 0.5).cpu()
+                    torch.testing.assert_close(got, (x * 2 + 1).sin() - 0.5)
+                assert len(lazy._compiled) <= cap
+    finally:
+        lazy._compiled.cap = saved
+    assert lazy._compiled.evictions - evicted >= 50
+    assert lazy.STATS.compiles - compiled >= cap + 50

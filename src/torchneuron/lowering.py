@@ -210,17 +210,18 @@ def _computing(fn, compute, names):
 
     tensors = _tensor_positions(names)
     positional = tuple(i for i, _, kw in tensors if not kw)
-    keywords = tuple(name for _, name, kw in tensors if kw)
     params = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    # the names a Tensor argument may come by: a kwarg-only one's, or fn's parameter name
+    # for a positional one (fn mirrors the schema's positions, not always its names)
+    by_name = {name for _, name, kw in tensors if kw} | {params[i] for i in positional
+                                                         if i < len(params)}
 
     @functools.wraps(fn)
     def computing(*args, **kwargs):
-        args = list(args)
         at = [i for i in positional if i < len(args) and args[i] is not None]
-        # a Tensor argument passed by keyword (a positional-or-keyword one, or kwarg-only)
-        kw = [k for k in kwargs if kwargs[k] is not None
-              and (k in keywords or any(params[i] == k for i in positional if i < len(params)))]
+        kw = [k for k, v in kwargs.items() if k in by_name and v is not None]
         vals = compute(*[args[i] for i in at], *[kwargs[k] for k in kw])
+        args = list(args)
         for i, v in zip(at, vals):
             args[i] = v
         for k, v in zip(kw, vals[len(at):]):

@@ -296,12 +296,6 @@ class JitCache(collections.OrderedDict):
         self[key] = value
         return value
 
-    def __hash__(self):  # (identity: a registry key)
-        return id(self)
-
-    def __eq__(self, other):
-        return self is other
-
 
 def jit_caches() -> dict:
     """name -> {caches, entries, cap, evictions} over every live JitCache."""
