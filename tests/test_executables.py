@@ -98,9 +98,10 @@ def test_watchdog_by_compile_count_without_proc(monkeypatch):
     monkeypatch.setattr(runtime, "MAX_LIVE_EXECUTABLES", 5)
     monkeypatch.setattr(st, "next_check", st.compiles)
     monkeypatch.setattr(st, "since_release", 6)
-    releases = st.releases
+    releases, trims = st.releases, st.trims
     pairs = _distinct_ops(1, 7400)
-    assert st.releases == releases + 1 and st.since_release <= 4
+    # without /proc the least recently used half goes, and the count restarts there
+    assert st.trims == trims + 1 and st.releases == releases and st.since_release <= 4
     x, y = pairs[0]
     torch.testing.assert_close(y.cpu(), x * 3.0 - 1.0)
 
@@ -253,3 +254,61 @@ def test_an_entry_past_its_cap_keeps_computing_right():
         assert torch.equal((-x.to(DEV)).cpu(), -x)
     finally:
         entry.cache.cap = saved
+
+
+def test_jit_cache_evicts_the_least_recently_used():
+    """A hit makes an entry the most recent: a key read every round survives cap + 50
+    puts of new keys, and trim() drops the least recently used part first."""
+    c = runtime.JitCache("test lru", 8)
+    c.put("hot", 0)
+    for i in range(8 + 50):
+        c.put(("k", i), i)
+        assert c.get("hot") == 0  # read every round: never the least recently used
+        assert len(c) <= 8
+    assert "hot" in c and c.evictions == 51
+    assert c.get("missing", "default") == "default"
+    assert list(c)[:3] == [("k", 51), ("k", 52), ("k", 53)]
+    c.get(("k", 51))  # now the most recent
+    assert c.trim(0.5) == 4 and c.trimmed == 4
+    assert list(c) == [("k", 56), ("k", 57), "hot", ("k", 51)]
+    assert c.trim(0.3) == 1 and list(c)[0] == ("k", 57)  # rounded down
+    one = runtime.JitCache("test lru", 8)
+    one.put("only", 1)
+    assert one.trim(0.5) == 0 and "only" in one  # a cache of one keeps it
+
+
+def test_pressure_drops_the_cold_half_and_keeps_the_hot_executables(monkeypatch):
+    """Past the mapping limit the least recently used half of every cache goes: an op
+    used every step keeps its executable (no rebuild) while cap + 50 new shapes churn,
+    the cold shapes' executables are freed, and every result equals the CPU's."""
+    from torchneuron.dispatch import entry as _entry
+    from torchneuron.dispatch import registry
+
+    kern = registry.registered(torch.ops.aten.neg.default)
+    neg = getattr(kern, "entry", kern)
+    st = runtime.EXE_STATS
+    hot = torch.arange(12.0).reshape(3, 4) - 5
+    hot_d = hot.to(DEV)
+    trims, releases = st.trims, st.releases
+    built = _entry.cache_misses["aten::exp"]
+    monkeypatch.setattr(runtime, "CHECK_EVERY", 16)
+    # every check finds the process full, and the trim enough
+    checks = itertools.count()
+    monkeypatch.setattr(runtime, "_map_limit", 65530)
+    monkeypatch.setattr(runtime, "_full", lambda s: (next(checks) % 2 == 0, "test"))
+    monkeypatch.setattr(st, "next_check", st.compiles)
+    for n in range(1, 8 + 50):
+        x = torch.arange(float(n)) + 0.5
+        assert torch.equal((-x.to(DEV)).cpu(), -x)
+        torch.testing.assert_close(torch.exp(hot_d).cpu(), torch.exp(hot))
+    assert st.trims > trims and st.releases == releases
+    assert _entry.cache_misses["aten::exp"] - built <= 1  # built once, never again
+    assert len(neg.cache) < 8 + 50  # the cold shapes went
+
+
+@pytest.mark.skipif(runtime.map_count() is None, reason="needs /proc/self/maps (Linux)")
+def test_trim_frees_the_mappings_of_the_dropped_executables():
+    _distinct_ops(60, 7500)
+    before = runtime.map_count()
+    runtime.trim_executables(1.0)
+    assert runtime.map_count() < before - 60, (before, runtime.map_count())

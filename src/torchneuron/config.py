@@ -66,12 +66,14 @@ KNOBS = {k.name: k for k in [
     Knob("TORCHNEURON_FUSE_MAX_OPS", "256", "int",
          "fused eager: run the pending program once it holds this many ops (default 256)."),
     Knob("TORCHNEURON_MAPS_FRACTION", "0.5", "float",
-         "past this fraction (default 0.5) of Linux's `vm.max_map_count`, every cached XLA "
-         "executable is released (eager ops recompile when next used); without `/proc`, "
-         "`TORCHNEURON_MAX_LIVE_EXECUTABLES` (4096) compiles trigger it. Keeps long "
-         "processes from crashing inside the XLA compiler."),
+         "past this fraction (default 0.5) of Linux's `vm.max_map_count`, the least "
+         "recently used half of every cache of XLA executables is dropped (eager ops "
+         "rebuild theirs when next used), and every executable only if that is not "
+         "enough; without `/proc`, `TORCHNEURON_MAX_LIVE_EXECUTABLES` (4096) compiles "
+         "trigger the trim. Keeps long processes from crashing inside the XLA compiler."),
     Knob("TORCHNEURON_MAX_LIVE_EXECUTABLES", "4096", "int",
-         "without `/proc`: release the cached XLA executables every this many compiles."),
+         "without `/proc`: drop the least recently used half of the cached XLA "
+         "executables every this many compiles."),
     Knob("TORCHNEURON_INDEX_CHECKS", "1", "bool",
          "`1` (default): advanced indexing checks index bounds like CPU/CUDA (one host read "
          "per indexing op); `0` skips the check (faster; out-of-range gathers then read NaN "

@@ -276,19 +276,31 @@ SMALL_FNS_MAX = 4096  # the cap of each cache of small device functions
 class JitCache(collections.OrderedDict):
     """A cache of jitted functions or executables with a cap, the one mechanism that
     bounds them all: eager entries' executables, compiled graphs' executables, fused
-    eager's programs, storage's small device functions.  Past `cap` entries the oldest
-    goes (its executables with it, once nothing else holds them).  Lookups are a plain
-    dict lookup; :func:`jit_caches` lists every cache."""
+    eager's programs, storage's small device functions.  Least recently used first out:
+    a hit moves its entry to the end; past `cap` entries the least recently used goes
+    (its executables with it, once nothing else holds them), and under memory pressure
+    :func:`trim_executables` drops the least recently used part of every cache.
+    :func:`jit_caches` lists every cache."""
 
     def __init__(self, name: str, cap: int):
         super().__init__()
         self.name = name
         self.cap = cap
         self.evictions = 0
+        self.trimmed = 0  # of the evictions, those of trim()
         _caches[id(self)] = self
 
+    def get(self, key, default=None):
+        """The entry of `key` (now the most recently used), or `default`."""
+        try:
+            self.move_to_end(key)
+        except KeyError:
+            return default
+        return self[key]
+
     def put(self, key, value):
-        """Add `key` (evicting the oldest entry when full); returns `value`."""
+        """Add `key` (evicting the least recently used entry when full); returns
+        `value`."""
         if key not in self:
             while len(self) >= self.cap:  # (a loop: the cap may have been lowered)
                 self.popitem(last=False)
@@ -296,16 +308,41 @@ class JitCache(collections.OrderedDict):
         self[key] = value
         return value
 
+    def trim(self, fraction: float) -> int:
+        """Drop the least recently used `fraction` of the entries (rounded down: a cache
+        of one entry keeps it); returns how many went."""
+        n = int(len(self) * fraction)
+        for _ in range(n):
+            self.popitem(last=False)
+        self.evictions += n
+        self.trimmed += n
+        return n
+
 
 def jit_caches() -> dict:
     """name -> {caches, entries, cap, evictions} over every live JitCache."""
     out = {}
     for c in list(_caches.values()):
-        r = out.setdefault(c.name, {"caches": 0, "entries": 0, "cap": c.cap, "evictions": 0})
+        r = out.setdefault(c.name, {"caches": 0, "entries": 0, "cap": c.cap, "evictions": 0,
+                                    "trimmed": 0})
         r["caches"] += 1
         r["entries"] += len(c)
         r["evictions"] += c.evictions
+        r["trimmed"] += c.trimmed
     return out
+
+
+def trim_executables(fraction: float = 0.5) -> int:
+    """Drop the least recently used `fraction` of every JitCache's entries (their
+    executables go once nothing else holds them; eager ops rebuild theirs, or load them
+    from the eager executable store, when next used); returns how many entries went."""
+    import gc
+
+    n = sum(c.trim(fraction) for c in list(_caches.values()))
+    gc.collect()
+    EXE_STATS.trims += 1
+    EXE_STATS.since_release = 0
+    return n
 
 _log = _logging.getLogger("torchneuron")
 CHECK_EVERY = 128
@@ -326,6 +363,7 @@ class _ExeStats:
     jax_cache_hits = 0  # of those, executables jax's persistent cache served
     since_release = 0   # compiles since the last release
     next_check = CHECK_EVERY
+    trims = 0           # times the least recently used half of every cache was dropped
     releases = 0        # times torchneuron's executables were released
     global_releases = 0  # of those, times jax's every cache had to be cleared as well
     last_maps = None    # mapping count at the last check
@@ -391,22 +429,33 @@ def map_count():
         return None
 
 
+def _full(st):
+    n = map_count() if _map_limit else None
+    st.last_maps = n
+    if n is not None:
+        return n > MAPS_FRACTION * _map_limit, f"{n} memory mappings of {_map_limit}"
+    return st.since_release > MAX_LIVE_EXECUTABLES, f"{st.since_release} compiles"
+
+
 def maybe_release_executables() -> bool:
-    """At a safe point: release every executable when the process nears its limits."""
+    """At a safe point, when the process nears its limits: drop the least recently used
+    half of every executable cache (the executables in use stay), and only if that is not
+    enough release every executable."""
     st = EXE_STATS
     if st.compiles < st.next_check:
         return False
     st.next_check = st.compiles + CHECK_EVERY
-    n = map_count() if _map_limit else None
-    st.last_maps = n
-    if n is not None:
-        full = n > MAPS_FRACTION * _map_limit
-    else:
-        full = st.since_release > MAX_LIVE_EXECUTABLES
-    if full:
-        release_executables(reason=f"{n} memory mappings of {_map_limit}" if n is not None
-                            else f"{st.since_release} compiles")
-    return full
+    full, why = _full(st)
+    if not full:
+        return False
+    n = trim_executables(0.5)
+    _log.info("torchneuron: dropped the %d least recently used cached executables (%s)",
+              n, why)
+    if _map_limit:  # (without /proc the compile count restarts at the trim)
+        full, why = _full(st)
+        if full:
+            release_executables(reason=why)
+    return True
 
 
 _release_hooks = []
