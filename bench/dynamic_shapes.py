@@ -12,6 +12,8 @@ n_embd=64, vocab 1000):
                   same call again; then prompts of 10 other lengths (each a new length in
                   a warm process).  N = 16 and 64 (and 256 with --full).
   gen_static_N    the same with cache_implementation="static".
+  gen_padded_N    the static cache with every prompt left-padded to a multiple of 16
+                  (and its attention mask): the recipe of docs/huggingface.md.
   train           AdamW training: 20 steps at one sequence length, then 20 steps over 20
                   sequence lengths (its compile time against the one length's).
   eval            evaluation batches of 16 with a short last batch (5).
@@ -122,11 +124,17 @@ def child(device, scenario):
         _, cache, n = scenario.split("_")
         n = int(n)
         m = _gpt2(torch).eval().to(device)
-        kw = {"cache_implementation": "static"} if cache == "static" else {}
+        kw = {"cache_implementation": "static"} if cache in ("static", "padded") else {}
         g = torch.Generator().manual_seed(1)
 
         def gen(length):
-            ids = torch.randint(0, 1000, (1, length), generator=g).to(device)
+            ids = torch.randint(0, 1000, (1, length), generator=g)
+            if cache == "padded":  # the recipe: left-pad prompts to a multiple of 16
+                pad = -length % 16
+                kw["attention_mask"] = torch.cat(
+                    [torch.zeros(1, pad, dtype=torch.long), torch.ones_like(ids)], 1).to(device)
+                ids = torch.cat([torch.zeros(1, pad, dtype=torch.long), ids], 1)
+            ids = ids.to(device)
             with torch.no_grad():
                 return m.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=0,
                                   **kw)[0].tolist()
@@ -209,14 +217,18 @@ def child(device, scenario):
         from torchneuron.dispatch import store
 
         out["eager_store"] = {k: v for k, v in vars(store.STATS).items()}
+        from torchneuron.dispatch import tiers
+
+        out["tiers"] = tiers.stats()
     print(json.dumps(out))
 
 
 # --- the parent -----------------------------------------------------------------------
 
-def run_child(device, scenario, cache):
+def run_child(device, scenario, cache, extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHNEURON_COMPILE_CACHE")}
     env["TORCHNEURON_COMPILE_CACHE_DIR"] = cache or "off"
+    env.update(extra or {})
     env.setdefault("TORCHNEURON_FALLBACK", "silent")
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", device, scenario],
                        env=env, capture_output=True, text=True, timeout=3600, cwd=ROOT)
@@ -277,12 +289,14 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="generate(16) and eval only")
     ap.add_argument("--full", action="store_true", help="also generate(256)")
     ap.add_argument("--only", nargs="*", help="these scenarios only")
+    ap.add_argument("--untiered", action="store_true",
+                    help="also run each cold case with tiered compilation off")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         return child(*a.child)
     scenarios = ["gen_dynamic_16", "gen_dynamic_64", "gen_static_16", "gen_static_64",
-                 "train", "eval", "compile_dynamic", "compile_mark"]
+                 "gen_padded_64", "train", "eval", "compile_dynamic", "compile_mark"]
     if a.full:
         scenarios[2:2] = ["gen_dynamic_256"]
     if a.quick:
@@ -296,11 +310,15 @@ def main(argv=None):
         for i, sc in enumerate(scenarios):
             cache = os.path.join(tmp, sc)
             results[sc] = {}
-            for mode, device, c in (("cpu", "cpu", None), ("cold", "neuron", cache),
-                                    ("warm", "neuron", cache)):
+            modes = [("cpu", "cpu", None, None), ("cold", "neuron", cache, None),
+                     ("warm", "neuron", cache, None)]
+            if a.untiered:
+                modes.append(("cold_untiered", "neuron", cache + "-untiered",
+                              {"TORCHNEURON_TIERED": "0"}))
+            for mode, device, c, extra in modes:
                 print(f"[{i + 1}/{len(scenarios)} {time.perf_counter() - t_all:6.0f}s] "
                       f"{sc} {mode} ...", file=sys.stderr, flush=True)
-                results[sc][mode] = run_child(device, sc, c)
+                results[sc][mode] = run_child(device, sc, c, extra)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -327,6 +345,13 @@ def main(argv=None):
             row(f"{sc}.new_prompt (median of {len(PROMPTS)})",
                 *(sorted(r[k]["new_prompt_lengths"], key=lambda x: x["s"])[mid]
                   for k in ("cpu", "cold", "warm")))
+        if "cold_untiered" in r:
+            for fig in ("first", "lengths_20", "first_epoch"):
+                if fig in r["cpu"]:
+                    u, t = r["cold_untiered"][fig]["s"], r["cold"][fig]["s"]
+                    summary[f"{sc}.{fig}.tiered_over_untiered"] = t / u
+                    print(f"  {sc}.{fig}: cold, tiering off {u:.2f} s, on {t:.2f} s "
+                          f"(on/off {t / u:.2f})")
         if "tokens" in r["cpu"]:
             same = r["cpu"]["tokens"] == r["cold"]["tokens"] == r["warm"]["tokens"]
             summary[f"{sc}.tokens_match_cpu"] = same

@@ -74,6 +74,17 @@ KNOBS = {k.name: k for k in [
     Knob("TORCHNEURON_MAX_LIVE_EXECUTABLES", "4096", "int",
          "without `/proc`: drop the least recently used half of the cached XLA "
          "executables every this many compiles."),
+    Knob("TORCHNEURON_TIERED", "1", "bool",
+         "`1` (default): on XLA:CPU an eager executable first compiles with the faster-to-"
+         "compile emitters, and once hot (`TORCHNEURON_TIER_UP_CALLS` calls) again with the "
+         "default ones in the background (results bit-identical); `0`: default compiles "
+         "only. docs/eager.md."),
+    Knob("TORCHNEURON_TIER_UP_CALLS", "16", "int",
+         "calls after which a tier-1 eager executable is compiled again, optimised "
+         "(default 16)."),
+    Knob("TORCHNEURON_TIER_CHECK", "0", "bool",
+         "`1`: compile both tiers of every eager executable at its first call, run both "
+         "and raise if a result differs in a bit (a check of the tiering, slow)."),
     Knob("TORCHNEURON_INDEX_CHECKS", "1", "bool",
          "`1` (default): advanced indexing checks index bounds like CPU/CUDA (one host read "
          "per indexing op); `0` skips the check (faster; out-of-range gathers then read NaN "
@@ -105,8 +116,9 @@ KNOBS = {k.name: k for k in [
          "size cap of the persistent XLA cache (`512MiB`, `2GiB`, ...; default 2GiB): when "
          "a process first uses the device, the oldest-written executables past it are "
          "deleted; `-1` for no cap."),
-    Knob("TORCHNEURON_COMPILE_CACHE_SIZE", "16", "int",
-         "torch.compile: XLA executables kept per graph (one per input signature)."),
+    Knob("TORCHNEURON_COMPILE_CACHE_SIZE", "64", "int",
+         "torch.compile: XLA executables kept per graph (one per input signature; default "
+         "64, least recently used out)."),
     Knob("TORCHNEURON_COMPILE_DONATE", "1", "bool",
          "torch.compile: `0` turns off buffer donation for mutated inputs."),
     Knob("TORCHNEURON_SCAN_XLA_CACHE", None, "path",

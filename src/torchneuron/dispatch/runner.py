@@ -27,7 +27,7 @@ import warnings
 import torch
 
 from .. import runtime, storage
-from . import fused
+from . import fused, tiers
 from .meta import translate_runtime_error
 from .plan import COMPILED, ArgView, New, NewView, Seq, assemble
 
@@ -40,7 +40,7 @@ class Executable:
     __slots__ = ("fn", "index", "news", "writes", "host_writes", "returns", "out_bytes",
                  "nrandom", "donate", "undonated", "warn", "overlaps",
                  "jit", "stage", "store_key", "avals", "solo", "name", "nops", "nouts",
-                 "lowered", "views", "__weakref__")
+                 "lowered", "views", "countdown", "__weakref__")
 
     def __init__(self, fn, index, news, writes, returns, nrandom=0, stage=COMPILED):
         self.fn = fn  # what a call runs (see `stage`)
@@ -64,7 +64,8 @@ class Executable:
         self.name = None  # compiled graphs: for logs and dumps
         self.nops = 0
         self.nouts = len(news)
-        self.lowered = None
+        self.lowered = None  # compiled graphs: for dumps; tier 1: for the tier-up
+        self.countdown = 0  # tier 1: calls left before the tier-up (dispatch/tiers.py)
 
 
 def run(exe, w, host, args, kwargs=None, sch=None):
@@ -92,6 +93,8 @@ def run(exe, w, host, args, kwargs=None, sch=None):
         except Exception as e:  # noqa: BLE001
             raise translate_runtime_error(e, index) from None
         _LAST_DISPATCH[index] = res
+        if exe.countdown:
+            tiers.tick(exe)
     for msg, once in exe.warn:  # (filled while the first call traces the lowering)
         if once:
             warn_once(msg, stacklevel=4)

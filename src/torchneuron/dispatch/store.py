@@ -39,7 +39,8 @@ import weakref
 import jax
 
 from .. import persist, runtime
-from .plan import COMPILED, FIRST_CALL
+from . import tiers
+from .plan import COMPILED, FIRST_CALL, JIT
 
 PREFIX = "tn-eager-"
 SUFFIX = "-cache"
@@ -200,13 +201,37 @@ def save(key, compiled, warn) -> bool:
 def attach(exe, parts, device) -> None:
     """Put the eager executable `exe` under the store (when it is on and `parts`, its
     name and cache key, can be written stably): its first call loads it or builds
-    and stores it (:func:`first_call`)."""
-    if folder() is None:
-        return
-    exe.store_key = key_of(parts, device)
+    and stores it (:func:`first_call`).  Otherwise it is reached through jax.jit
+    (stage JIT), tiered where tiering applies (dispatch/tiers.py)."""
+    if folder() is not None:
+        exe.store_key = key_of(parts, device)
     if exe.store_key is not None:
         exe.fn = functools.partial(first_call, exe)
         exe.stage = FIRST_CALL
+    elif tiers.tiered(device):  # the store off: lowered and compiled at the first call
+        _jit_tier(exe, device)
+
+
+def _jit_tier(exe, device) -> None:
+    """An executable reached through jax.jit with the store off (stage JIT, so fused eager
+    records it without a first call): its first call lowers and compiles it, tier 1 where
+    it applies (dispatch/tiers.py)."""
+    exe.fn = functools.partial(_jit_first, exe, device)
+
+
+def _jit_first(exe, device, *inputs):
+    compiled = tiers.first_compile(exe, exe.jit.trace(*inputs).lower(), device, inputs)
+    exe.fn = compiled
+    track(exe)
+    return compiled(*inputs)
+
+
+def _store_tier_up(exe, compiled):
+    if exe.store_key is not None:
+        save(exe.store_key, compiled, exe.warn)
+
+
+tiers.on_tier_up(_store_tier_up)
 
 
 def first_call(exe, *inputs):
@@ -214,7 +239,7 @@ def first_call(exe, *inputs):
     no compile; its trace's warnings come with it), else trace, compile and store it.
     Later calls go straight to the jax executable."""
     device = runtime.jax_device(exe.index)
-    got = load(exe.store_key, device)
+    got = load(exe.store_key, device) if exe.store_key is not None else None
     if got is not None:
         compiled, warn = got
         try:
@@ -223,11 +248,14 @@ def first_call(exe, *inputs):
             discard(exe.store_key)
         else:
             exe.fn, exe.warn, exe.stage = compiled, warn, COMPILED
-            _track(exe)
+            track(exe)
             return res
     hits = jax_cache_hits()
-    compiled = exe.jit.trace(*inputs).lower().compile()  # the trace fills exe.warn
-    if jax_cache_hits() != hits:
+    # the trace fills exe.warn; tiers: a fast compile first where it applies
+    compiled = tiers.first_compile(exe, exe.jit.trace(*inputs).lower(), device, inputs)
+    if exe.store_key is None:
+        pass
+    elif jax_cache_hits() != hits:
         # jax's cache served it (written under another code version): XLA:CPU cannot
         # serialize again an executable it loaded (its kernels are missing), so compile it
         # once more past jax's cache (a new function: jit's own caches miss) for the store
@@ -236,22 +264,28 @@ def first_call(exe, *inputs):
             if bypassed:
                 fresh = runtime.jit(functools.partial(exe.jit.__wrapped__),
                                     out_shardings=jax.sharding.SingleDeviceSharding(device))
-                compiled = fresh.trace(*inputs).lower().compile()
+                compiled = tiers.first_compile(exe, fresh.trace(*inputs).lower(), device,
+                                               inputs)
         hits = jax_cache_hits() if bypassed else None
-    if jax_cache_hits() == hits:
+    if exe.store_key is not None and jax_cache_hits() == hits:
         save(exe.store_key, compiled, exe.warn)
     exe.fn, exe.stage = compiled, COMPILED
-    _track(exe)
+    track(exe)
     return compiled(*inputs)
 
 
 def _unload(exe):
-    """Releasing every executable: drop this one's (the next call loads it again)."""
+    """Releasing every executable: drop this one's (the next call loads or builds it
+    again)."""
+    tiers.forget(exe)
+    if exe.stage == JIT:  # the store off
+        _jit_tier(exe, runtime.jax_device(exe.index))
+        return
     exe.fn = functools.partial(first_call, exe)
     exe.stage = FIRST_CALL
 
 
-def _track(exe) -> None:
+def track(exe) -> None:
     """Remember an executable holding a jax executable of its own, so that releasing every
     executable (runtime.release_executables) unloads it."""
     global _hooked
