@@ -304,6 +304,7 @@ def main(argv=None):
     if a.only:
         scenarios = a.only
     results = {}
+    failed = {}
     tmp = tempfile.mkdtemp(prefix="tn-dynamic-")
     t_all = time.perf_counter()
     try:
@@ -318,7 +319,14 @@ def main(argv=None):
             for mode, device, c, extra in modes:
                 print(f"[{i + 1}/{len(scenarios)} {time.perf_counter() - t_all:6.0f}s] "
                       f"{sc} {mode} ...", file=sys.stderr, flush=True)
-                results[sc][mode] = run_child(device, sc, c, extra)
+                try:
+                    results[sc][mode] = run_child(device, sc, c, extra)
+                except RuntimeError as e:  # reported, and the other scenarios still run
+                    print(str(e)[-2000:], file=sys.stderr)
+                    failed[f"{sc}.{mode}"] = str(e)[-2000:]
+                    break
+            if len(results[sc]) < len(modes):
+                del results[sc]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -374,11 +382,15 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "dynamic_shapes.json"), "w") as f:
         json.dump({"summary": summary, "results": results, "scenarios": scenarios,
+                   "failed": failed,
                    "machine": os.uname().nodename, "cpus": os.cpu_count(),
                    "date": time.strftime("%Y-%m-%d")}, f, indent=1)
     chart(results, os.path.join(a.out, "dynamic_shapes.png"))
     print(f"wrote {a.out}/dynamic_shapes.json and dynamic_shapes.png "
           f"({time.perf_counter() - t_all:.0f} s)")
+    if failed:
+        print(f"FAILED: {sorted(failed)}")
+        return 1
 
 
 if __name__ == "__main__":

@@ -355,6 +355,22 @@ def test_executable_cache_is_bounded(monkeypatch):
     assert s["evictions"] == 2 and s["compilations"] == 4
 
 
+def test_twenty_lengths_twice_compile_twenty_times():
+    """A loop over 20 sequence lengths, twice, under dynamic=True: one executable per
+    length, the second pass all hits (a 16-entry cache compiled all 40)."""
+    def f(x):
+        return (x * 2).cumsum(-1)
+
+    cf = _compile(f, dynamic=True)
+    tnc.reset_stats()
+    for _ in range(2):
+        for n in range(2, 22):
+            x = torch.arange(float(n)).reshape(1, n)
+            assert_same(cf(x.to(DEV)), f(x))
+    s = tnc.stats()
+    assert s["compilations"] == 20 and s["evictions"] == 0, s
+
+
 # ---------------------------------------------------------------- unlowerable ops
 @torch.library.custom_op("tn_compile_test::twice_plus", mutates_args=())
 def _twice_plus(x: torch.Tensor) -> torch.Tensor:

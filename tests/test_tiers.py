@@ -140,3 +140,25 @@ def test_the_store_keeps_the_optimised_compile(tmp_path):
     assert a["fast"] >= 3 and a["ups"] >= 3 and a["writes"] >= 2 * 3 and a["same"]
     b = run()
     assert b["fast"] == 0 and b["loads"] >= 3 and b["same"] and b["out"] == a["out"]
+
+
+def test_a_tier_up_served_by_jax_cache_is_not_stored(tmp_path):
+    """A tier-2 compile that jax's persistent cache serves (here: a process with tiering
+    off compiled the same modules with the default options first) is not written to the
+    eager store: XLA:CPU serializes such an executable without its kernels, and a later
+    process would load an entry that fails ("Function ... not found")."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHNEURON_COMPILE_CACHE")}
+    env["TORCHNEURON_COMPILE_CACHE_DIR"] = str(tmp_path)
+
+    def run(tiered):
+        p = subprocess.run([sys.executable, "-c", _CHILD],
+                           env={**env, "TORCHNEURON_TIERED": tiered},
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    untiered = run("0")  # default compiles, in jax's cache
+    a = run("1")  # another code version: the store misses; tier 2 comes from jax's cache
+    assert a["fast"] >= 3 and a["ups"] >= 3 and a["out"] == untiered["out"]
+    b = run("1")  # loads what `a` stored, and runs it
+    assert b["fast"] == 0 and b["loads"] >= 3 and b["same"] and b["out"] == a["out"]

@@ -226,8 +226,8 @@ def _jit_first(exe, device, *inputs):
     return compiled(*inputs)
 
 
-def _store_tier_up(exe, compiled):
-    if exe.store_key is not None:
+def _store_tier_up(exe, compiled, served):
+    if exe.store_key is not None and not served:  # (see jax_cache_hits)
         save(exe.store_key, compiled, exe.warn)
 
 

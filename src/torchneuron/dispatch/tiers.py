@@ -34,7 +34,7 @@ import threading
 import jax
 import numpy as np
 
-from .. import config
+from .. import config, runtime
 
 FAST = {"xla_cpu_use_fusion_emitters": False}
 TIERED = config.get("TORCHNEURON_TIERED")
@@ -134,26 +134,31 @@ def submit(exe) -> None:
 
 
 def _tier_up(exe, lowered, fast):
+    hits = runtime.jax_cache_hits()
     try:
         compiled = lowered.compile()
     except Exception:  # noqa: BLE001  (tier 1 keeps running)
         STATS.failed += 1
         return
+    # jax's persistent cache may have served it (or another thread's compile, meanwhile):
+    # XLA:CPU serializes such an executable without its kernels, so it is not stored
+    served = runtime.jax_cache_hits() != hits
     if exe.fn is not fast:  # released (or replaced) meanwhile
         STATS.stale += 1
         return
     exe.fn = compiled
     STATS.tier_ups += 1
     for fn in _on_tier_up:
-        fn(exe, compiled)
+        fn(exe, compiled, served)
 
 
 _on_tier_up = []
 
 
 def on_tier_up(fn) -> None:
-    """Call `fn(exe, compiled)` (on the background thread) when `exe` reaches tier 2:
-    the eager executable store writes the optimised executable over the fast one."""
+    """Call `fn(exe, compiled, served)` (on the background thread) when `exe` reaches
+    tier 2 (`served`: jax's persistent cache may have served the compile): the eager
+    executable store writes the optimised executable over the fast one."""
     _on_tier_up.append(fn)
 
 
