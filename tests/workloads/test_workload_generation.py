@@ -10,7 +10,7 @@ from torchneuron.tools import workloads as W
 
 CI = [
     "gpt2/greedy", "gpt2/greedy_long", "gpt2/eos", "gpt2/beam", "gpt2/sample", "gpt2/static",
-    "gpt2/static_compiled", "llama/greedy", "llama/padded", "llama/prompts", "t5/greedy",
+    "gpt2/static_compiled", "gpt2/static_padded", "llama/greedy", "llama/padded", "llama/prompts", "t5/greedy",
     "whisper/greedy", "whisper/static_compiled",
 ]
 

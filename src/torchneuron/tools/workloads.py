@@ -266,6 +266,33 @@ def gen_static(name, sz, compiled=False):
     return c, d, f"{n} tokens equal" + (f", {graphs} graphs compiled" if compiled else "")
 
 
+def gen_static_padded(name, sz):
+    """The recipe of docs/huggingface.md: the static cache (its decoding step compiled),
+    prompts of three lengths each left-padded to a multiple of 16 with the attention
+    mask; every prompt's tokens equal the CPU's."""
+    cpu, dev = model_pair(name)
+    n = sz["tokens"]
+    kw = dict(max_new_tokens=n, min_new_tokens=n, cache_implementation="static")
+    c = d = 0.0
+    import torch._dynamo as dynamo
+
+    dynamo.reset()
+    try:
+        for i, length in enumerate((5, 9, 13)):
+            ids = prompt(name, length, seed=i)["input_ids"]
+            pad = -length % 16
+            x = {"input_ids": torch.cat([torch.full((1, pad), PAD), ids], 1),
+                 "attention_mask": torch.cat([torch.zeros(1, pad, dtype=torch.long),
+                                              torch.ones_like(ids)], 1)}
+            want, c1 = _timed(lambda: _generate(cpu, x, "cpu", **kw))
+            got, d1 = _timed(lambda: _generate(dev, x, "neuron", **kw))
+            _same_tokens(got, want, f"tokens of the prompt of {length}")
+            c, d = c + c1, d + d1
+    finally:
+        dynamo.reset()
+    return c, d, f"3 prompt lengths padded to 16, {n} tokens each equal"
+
+
 def gen_compiled(name, sz):
     """model.forward = torch.compile(model.forward, backend="neuron"), dynamic cache: a new
     sequence length every step (Dynamo's automatic dynamic shapes or recompiles)."""
@@ -297,6 +324,7 @@ GENERATION = {
     "padded": gen_padded,
     "static": lambda m, sz: gen_static(m, sz, compiled=False),
     "static_compiled": lambda m, sz: gen_static(m, sz, compiled=True),
+    "static_padded": gen_static_padded,
     "compiled": gen_compiled,
 }
 
@@ -569,6 +597,8 @@ def workloads(size="full"):
         for case, fn in GENERATION.items():
             if case == "padded" and KIND[m] == "speech":
                 continue  # one audio length: nothing to pad
+            if case == "static_padded" and KIND[m] != "decoder":
+                continue  # the recipe pads a decoder's prompt
             out[f"{m}/{case}"] = (m, (lambda fn, m: lambda sz: fn(m, sz))(fn, m))
     for name, fn in TRAINING.items():
         out[name] = (name, fn)
