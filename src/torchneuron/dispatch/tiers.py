@@ -182,5 +182,11 @@ def check(lowered, fast, inputs) -> None:
                 f"differ in result {i} ({x.dtype}{list(x.shape)})\n{lowered.as_text()[:4000]}")
 
 
+def background_compiles() -> int:
+    """XLA compiles the tier-ups made (finished ones: :func:`wait` first), which a count of
+    a program's own compiles leaves out."""
+    return STATS.tier_ups + STATS.stale
+
+
 def stats() -> dict:
     return {k: getattr(STATS, k) for k in vars(_Stats) if not k.startswith("_")}
