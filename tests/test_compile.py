@@ -371,6 +371,29 @@ def test_twenty_lengths_twice_compile_twenty_times():
     assert s["compilations"] == 20 and s["evictions"] == 0, s
 
 
+def test_a_graph_past_its_executable_cap_keeps_computing_right(monkeypatch):
+    """cap + 50 shapes of one dynamic graph with a small cap: the least recently used
+    executables go (a shape used every round stays), every result equals the CPU's."""
+    from torchneuron.compile import graph
+
+    cap = 4
+    monkeypatch.setattr(graph, "CACHE_SIZE", cap)
+
+    def f(x):
+        return (x * 2).cumsum(-1)
+
+    cf = _compile(f, dynamic=True)
+    hot = torch.arange(5.0).reshape(1, 5)
+    assert_same(cf(hot.to(DEV)), f(hot))
+    for n in range(6, 6 + cap + 50):
+        x = torch.arange(float(n)).reshape(1, n)
+        assert_same(cf(x.to(DEV)), f(x))
+        assert_same(cf(hot.to(DEV)), f(hot))  # a hit: the most recent again
+    s = tnc.stats()
+    # the hot shape never compiled again (first in, first out would have evicted it)
+    assert s["compilations"] == 1 + cap + 50 and s["evictions"] == 1 + 50, s
+
+
 # ---------------------------------------------------------------- unlowerable ops
 @torch.library.custom_op("tn_compile_test::twice_plus", mutates_args=())
 def _twice_plus(x: torch.Tensor) -> torch.Tensor:

@@ -83,7 +83,7 @@ KNOBS = {k.name: k for k in [
          "calls after which a tier-1 eager executable is compiled again, optimised "
          "(default 16)."),
     Knob("TORCHNEURON_TIER_CHECK", "0", "bool",
-         "`1`: compile both tiers of every eager executable at its first call, run both "
+         "`1`: compile both tiers of every tiered eager executable at its first call, run both "
          "and raise if a result differs in a bit (a check of the tiering, slow)."),
     Knob("TORCHNEURON_INDEX_CHECKS", "1", "bool",
          "`1` (default): advanced indexing checks index bounds like CPU/CUDA (one host read "

@@ -239,7 +239,7 @@ def first_call(exe, *inputs):
     no compile; its trace's warnings come with it), else trace, compile and store it.
     Later calls go straight to the jax executable."""
     device = runtime.jax_device(exe.index)
-    got = load(exe.store_key, device) if exe.store_key is not None else None
+    got = load(exe.store_key, device)
     if got is not None:
         compiled, warn = got
         try:
@@ -253,9 +253,7 @@ def first_call(exe, *inputs):
     hits = jax_cache_hits()
     # the trace fills exe.warn; tiers: a fast compile first where it applies
     compiled = tiers.first_compile(exe, exe.jit.trace(*inputs).lower(), device, inputs)
-    if exe.store_key is None:
-        pass
-    elif jax_cache_hits() != hits:
+    if jax_cache_hits() != hits:
         # jax's cache served it (written under another code version): XLA:CPU cannot
         # serialize again an executable it loaded (its kernels are missing), so compile it
         # once more past jax's cache (a new function: jit's own caches miss) for the store
@@ -267,7 +265,7 @@ def first_call(exe, *inputs):
                 compiled = tiers.first_compile(exe, fresh.trace(*inputs).lower(), device,
                                                inputs)
         hits = jax_cache_hits() if bypassed else None
-    if exe.store_key is not None and jax_cache_hits() == hits:
+    if jax_cache_hits() == hits:
         save(exe.store_key, compiled, exe.warn)
     exe.fn, exe.stage = compiled, COMPILED
     track(exe)

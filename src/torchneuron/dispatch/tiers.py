@@ -2,7 +2,7 @@
 executable that turns out hot is compiled again, optimised, in the background.
 
 Every new (op, shapes, dtypes, ...) of an eager program is an XLA executable, and on
-XLA:CPU its compile is most of what a new shape costs (bench/dynamic_shapes.py: 74% of a
+XLA:CPU its compile is most of what a new shape costs (bench/dynamic_shapes.py: 78% of a
 first ``generate()``).  XLA:CPU's per-fusion IR emitters (``xla_cpu_use_fusion_emitters
 =false``) compile an executable in about half the time of its default MLIR fusion
 emitters, and their code runs up to 1.3x slower on large elementwise/reduction fusions.
