@@ -291,6 +291,8 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", help="these scenarios only")
     ap.add_argument("--untiered", action="store_true",
                     help="also run each cold case with tiered compilation off")
+    ap.add_argument("--unbucketed", action="store_true",
+                    help="also run each cold compile_* case with shape buckets off")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -316,6 +318,9 @@ def main(argv=None):
             if a.untiered:
                 modes.append(("cold_untiered", "neuron", cache + "-untiered",
                               {"TORCHNEURON_TIERED": "0"}))
+            if a.unbucketed and sc.startswith("compile"):
+                modes.append(("cold_unbucketed", "neuron", cache + "-unbucketed",
+                              {"TORCHNEURON_COMPILE_BUCKETS": "0"}))
             for mode, device, c, extra in modes:
                 print(f"[{i + 1}/{len(scenarios)} {time.perf_counter() - t_all:6.0f}s] "
                       f"{sc} {mode} ...", file=sys.stderr, flush=True)
@@ -329,6 +334,18 @@ def main(argv=None):
                 del results[sc]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    dates = {sc: time.strftime("%Y-%m-%d") for sc in results}
+    report = os.path.join(a.out, "dynamic_shapes.json")
+    if a.only and os.path.exists(report):  # the other scenarios stay as last measured
+        with open(report) as f:
+            old = json.load(f)
+        for sc, r in old.get("results", {}).items():
+            if sc not in results:
+                results[sc] = r
+                dates[sc] = old.get("dates", {}).get(sc, old.get("date"))
+        scenarios = [sc for sc in old.get("scenarios", []) if sc in results] + \
+            [sc for sc in scenarios if sc not in old.get("scenarios", [])]
+        results = {sc: results[sc] for sc in scenarios}
 
     def row(name, cpu, cold, warm):
         print(f"{name:<44}{cpu['s']:>8.2f}{cold['s']:>9.2f}{warm['s']:>9.2f}"
@@ -379,10 +396,23 @@ def main(argv=None):
                 "xla_recompilations": st.get("recompilations"),
                 "inductor_dynamo_graphs": r["cpu"]["dynamo_unique_graphs"]}
             print(f"  {sc}: {summary[sc + '.counts']}")
+            if "logits" in r["cpu"]:
+                d = max(abs(x - y) for x, y in zip(r["cpu"]["logits"], r["cold"]["logits"]))
+                summary[f"{sc}.logits_max_abs_diff_vs_cpu"] = d
+                print(f"  {sc}: last logits against the CPU's: max abs diff {d:.2e}")
+            if "cold_unbucketed" in r:
+                u = r["cold_unbucketed"]
+                us = u.get("neuron_compile_stats", {})
+                summary[f"{sc}.unbucketed"] = {
+                    "s": u["lengths_20"]["s"], "xla_compiles_of_graphs": us.get("compilations")}
+                print(f"  {sc}: buckets off: {u['lengths_20']['s']:.2f} s, "
+                      f"{us.get('compilations')} XLA compiles of the graph; buckets on: "
+                      f"{r['cold']['lengths_20']['s']:.2f} s, {st.get('compilations')} "
+                      f"(on/off {r['cold']['lengths_20']['s'] / u['lengths_20']['s']:.2f})")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "dynamic_shapes.json"), "w") as f:
         json.dump({"summary": summary, "results": results, "scenarios": scenarios,
-                   "failed": failed,
+                   "failed": failed, "dates": dates,
                    "machine": os.uname().nodename, "cpus": os.cpu_count(),
                    "date": time.strftime("%Y-%m-%d")}, f, indent=1)
     chart(results, os.path.join(a.out, "dynamic_shapes.png"))

@@ -342,6 +342,7 @@ def test_mark_dynamic():
 def test_executable_cache_is_bounded(monkeypatch):
     from torchneuron.compile import graph
 
+    monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "0")  # one executable per shape
     monkeypatch.setattr(graph, "CACHE_SIZE", 2)
 
     def f(x):
@@ -355,9 +356,11 @@ def test_executable_cache_is_bounded(monkeypatch):
     assert s["evictions"] == 2 and s["compilations"] == 4
 
 
-def test_twenty_lengths_twice_compile_twenty_times():
-    """A loop over 20 sequence lengths, twice, under dynamic=True: one executable per
-    length, the second pass all hits (a 16-entry cache compiled all 40)."""
+def test_twenty_lengths_twice_compile_twenty_times(monkeypatch):
+    """A loop over 20 sequence lengths, twice, under dynamic=True without shape buckets:
+    one executable per length, the second pass all hits (a 16-entry cache compiled all
+    40).  (With buckets: tests/test_compile_buckets.py.)"""
+    monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "0")
     def f(x):
         return (x * 2).cumsum(-1)
 
@@ -376,6 +379,7 @@ def test_a_graph_past_its_executable_cap_keeps_computing_right(monkeypatch):
     executables go (a shape used every round stays), every result equals the CPU's."""
     from torchneuron.compile import graph
 
+    monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "0")  # one executable per shape
     cap = 4
     monkeypatch.setattr(graph, "CACHE_SIZE", cap)
 

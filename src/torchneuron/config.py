@@ -119,6 +119,12 @@ KNOBS = {k.name: k for k in [
     Knob("TORCHNEURON_COMPILE_CACHE_SIZE", "64", "int",
          "torch.compile: XLA executables kept per graph (one per input signature; default "
          "64, least recently used out)."),
+    Knob("TORCHNEURON_COMPILE_BUCKETS", "16", "int",
+         "torch.compile: the smallest shape bucket (default 16). A graph with symbolic sizes "
+         "(`dynamic=True`, `mark_dynamic`) runs a size of at least half of it padded to this "
+         "doubled until it fits (16, 32, 64, ...), one executable per bucket, where the "
+         "graph keeps the true outputs exact (docs/compile.md); `0`: one executable per "
+         "size."),
     Knob("TORCHNEURON_COMPILE_DONATE", "1", "bool",
          "torch.compile: `0` turns off buffer donation for mutated inputs."),
     Knob("TORCHNEURON_SCAN_XLA_CACHE", None, "path",

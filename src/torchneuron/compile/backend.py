@@ -92,7 +92,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwa
 
     def compiler(kind):
         def fn(g, ex):
-            return _graph.CompiledGraph(g, f"g{gid}_{kind}", options)
+            return _graph.CompiledGraph(g, f"g{gid}_{kind}", options, kind=kind)
 
         return fn
 

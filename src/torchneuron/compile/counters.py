@@ -20,6 +20,9 @@ class _Stats:
         self.disk_cache_hits = 0   # executables loaded from the persistent cache
         self.dynamo_graphs = 0     # graphs Dynamo captured (before AOTAutograd)
         self.donations_skipped = 0  # calls that could not donate (a buffer shared by storages)
+        self.bucketed_graphs = 0   # graphs with symbolic sizes run in shape buckets
+        self.unbucketed_graphs = 0  # inference graphs with symbolic sizes compiled per shape
+        self.bucket_calls = 0      # calls run in a bucket (inputs padded, outputs cut)
 
     def as_dict(self):
         return {
@@ -34,6 +37,9 @@ class _Stats:
             "eager_nodes": dict(self.eager_nodes),
             "disk_cache_hits": self.disk_cache_hits,
             "donations_skipped": self.donations_skipped,
+            "bucketed_graphs": self.bucketed_graphs,
+            "unbucketed_graphs": self.unbucketed_graphs,
+            "bucket_calls": self.bucket_calls,
         }
 
 

@@ -207,11 +207,12 @@ class CompiledGraph:
 
     _boxed_call = True
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, options=None):
+    def __init__(self, gm: torch.fx.GraphModule, name: str, options=None, kind=None):
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__
         self.gm = gm
         self.name = name
         self.options = options
+        self.kind = kind
         self.cache = runtime.JitCache("compiled graphs", CACHE_SIZE)
         self.builds = 0
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -236,12 +237,36 @@ class CompiledGraph:
         host = self._host_nodes()
         if host:
             self._make_split(host)
+        # shape buckets (compile/buckets.py): a graph with symbolic sizes runs them
+        # rounded up to a size class, one executable per class
+        self.buckets = None
+        if self.static_metas is None and self.split is None and kind is not None:
+            from . import buckets
+
+            p = buckets.plan(gm, kind)
+            if isinstance(p, str):
+                log.info("torchneuron.compile: %s is compiled per shape: %s", name, p)
+                if kind == "inference":
+                    STATS.unbucketed_graphs += 1
+            else:
+                self.buckets = p
+                self.bucketed = CompiledGraph(p.gm, f"{name}_bucketed", options)
+                STATS.graphs -= 1  # the same graph, padded
+                STATS.bucketed_graphs += 1
+                log.info("torchneuron.compile: %s runs sizes %s in buckets", name,
+                         sorted(map(str, p.syms)))
 
     # ------------------------------------------------------------ run time
     def __call__(self, args):
         if self.split is not None:
             args = list(args)
             return self.split(*args)
+        if self.buckets is not None:
+            b = self.buckets.bind(args)
+            if b is not None:
+                padded, vals = b
+                STATS.bucket_calls += 1
+                return self.buckets.cut(self.bucketed(padded), vals)
         w = _walk(args)
         key = tuple(w.toks)
         exe = self.cache.get(key)
@@ -579,7 +604,7 @@ class CompiledGraph:
                 continue
             if pid in eager_parts:
                 continue
-            cg = CompiledGraph(sub, f"{self.name}_part{pid}", self.options)
+            cg = CompiledGraph(sub, f"{self.name}_part{pid}", self.options, kind=self.kind)
             STATS.graphs -= 1  # a piece of this graph, not a new one
             delattr(split, name)
             setattr(split, name, _Unboxed(cg))

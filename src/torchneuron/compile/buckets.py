@@ -1,0 +1,610 @@
+"""Shape buckets for dynamic compiled graphs: one XLA executable serves a range of sizes.
+
+A graph Dynamo captured with symbolic sizes (``torch.compile(dynamic=True)``,
+``mark_dynamic``, or a dimension Dynamo saw change) is compiled per concrete input
+signature.  With buckets, a symbolic size ``s`` is rounded up to a size class ``S``
+(a power of two, at least ``TORCHNEURON_COMPILE_BUCKETS``): the inputs are padded with
+zeros at the end of every dimension whose size involves ``s``, the graph runs at size
+``S`` (its executable shared by every ``s`` of the class), and each output is cut back
+to its true extent (a fresh tensor with PyTorch's strides).
+
+That is exact only for graphs in which every element of the true region of an output
+depends on the true region of the inputs alone ("prefix-causal" in every bucketed
+symbol).  :func:`analyse` proves it node by node, or says why not (the graph is then
+compiled per shape, as without buckets):
+
+- elementwise ops (``torch.Tag.pointwise``), copies, and views that keep each padded
+  dimension whole (a reshape may merge or split dimensions as long as the padded
+  factors stay in order);
+- reductions, norms and softmaxes over dimensions that are not padded;
+- matmuls whose contraction dimension is not padded;
+- attention whose key dimension is not padded, or is causal with queries padded by the
+  same symbol (a true query attends only to earlier, true, keys);
+- ``cat`` along a padded dimension when only its last piece is padded; ``slice`` of a
+  padded dimension that keeps it from 0 to its end; ``embedding``; ``arange(s)``;
+- a symbolic size used only as a size (``view``'s shape, ``arange``'s end, ``full``'s
+  size), never as a value.
+
+Anything else that sees a padded dimension or a bucketed size keeps the graph exact:
+a reduction over the sequence, ``x[:, -1]``, a graph that mutates its inputs, returns
+an input or a size, or draws random numbers.  Only inference graphs are bucketed
+(forward graphs of training save activations for backward at their true sizes).
+"""
+from __future__ import annotations
+
+import operator
+
+import sympy
+import torch
+
+from .. import config
+
+aten = torch.ops.aten
+Tensor = torch.Tensor
+
+
+def minimum() -> int:
+    v = config.get("TORCHNEURON_COMPILE_BUCKETS")
+    if v < 0:
+        raise ValueError(f"TORCHNEURON_COMPILE_BUCKETS must be 0 (no buckets) or the smallest "
+                         f"bucket size, a positive integer; got {v}")
+    return v
+
+
+def size_class(v: int, least: int) -> int:
+    """The bucket of size `v`: `least` doubled until it holds `v` (powers of two for the
+    default 16); sizes under half of `least` stay exact (a batch of 2 is not padded to
+    16)."""
+    if v * 2 < least:
+        return v
+    c = least
+    while c < v:
+        c *= 2
+    return c
+
+
+def _expr(x):
+    if isinstance(x, torch.SymInt):
+        return x.node.expr
+    if isinstance(x, (int, bool)):
+        return sympy.Integer(int(x))
+    return None
+
+
+def _syms(x):
+    e = _expr(x)
+    return e.free_symbols if e is not None else set()
+
+
+# ---------------------------------------------------------------- op tables
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+_SAME_DIMS = {  # ops that move, copy or insert dimensions but never merge or reduce
+    aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,
+    aten._to_copy.default, aten.contiguous.default, aten.permute.default,
+    aten.transpose.int, aten.t.default, aten.unsqueeze.default, aten.squeeze.dim,
+    aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.expand_as.default,
+    torch.ops.prims.convert_element_type.default, aten.stack.default,
+    aten.native_dropout.default,
+}
+# reductions: (dims argument index, keepdim's) -- None dims = all dims
+_REDUCE = {
+    aten.sum.dim_IntList: 1, aten.mean.dim: 1, aten.amax.default: 1, aten.amin.default: 1,
+    aten.max.dim: 1, aten.min.dim: 1, aten.argmax.default: 1, aten.argmin.default: 1,
+    aten.var.correction: 1, aten.std.correction: 1, aten.prod.dim_int: 1, aten.any.dim: 1,
+    aten.all.dim: 1, aten.logsumexp.default: 1, aten._softmax.default: 1,
+    aten._log_softmax.default: 1, aten.softmax.int: 1, aten.log_softmax.int: 1,
+    aten.var_mean.correction: 1,
+}
+_REDUCE_ALL = {aten.sum.default, aten.mean.default, aten.amax.default, aten.max.default,
+               aten.min.default, aten.prod.default, aten.any.default, aten.all.default}
+_PREFIX = {aten.cumsum.default: 1, aten.cumprod.default: 1}  # along a padded dim: exact
+_SDPA = {
+    getattr(aten, name).default for name in (
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention", "scaled_dot_product_attention",
+        "_scaled_dot_product_attention_math", "_scaled_dot_product_fused_attention_overrideable")
+    if hasattr(aten, name)}
+_SIZE_ARGS = {  # ops whose argument at these positions is a size (a bucketed size is fine)
+    aten.view.default: (1,), aten._unsafe_view.default: (1,), aten.reshape.default: (1,),
+    aten.expand.default: (1,), aten.arange.default: (0,), aten.arange.start: (1,),
+    aten.arange.start_step: (1,), aten.full.default: (0,), aten.zeros.default: (0,),
+    aten.ones.default: (0,), aten.empty.memory_format: (0,), aten.new_zeros.default: (1,),
+    aten.new_ones.default: (1,), aten.new_empty.default: (1,), aten.new_full.default: (1,),
+    aten.empty_strided.default: (0, 1), aten.slice.Tensor: (3,),
+}
+_SYM_ARITH = {operator.mul, operator.add, operator.sub, operator.floordiv, operator.neg,
+              torch.sym_max, torch.sym_min, aten.sym_size.int, aten.sym_numel.default,
+              aten.sym_stride.int}
+
+
+class Rejected(Exception):
+    """The graph is not prefix-causal in a bucketed symbol (the message says where)."""
+
+    def __init__(self, msg, syms=()):
+        super().__init__(msg)
+        self.syms = set(syms)
+
+
+class Plan:
+    """How a graph is bucketed: the symbols padded, where their values come from."""
+
+    def __init__(self, syms, sources, placeholders, outputs, least, gm, order):
+        self.gm = gm                # the graph the buckets run (extra inputs: true sizes)
+        self.order = order          # the bucketed symbols in the order of those inputs
+        self.syms = syms            # the bucketed symbols
+        self.sources = sources      # [(arg index, dim or None, symbol)]
+        self.placeholders = placeholders  # [(arg index, dims exprs or expr)]
+        self.outputs = outputs      # per output leaf: (shape exprs, stride exprs) or None
+        self.least = least
+
+    def bind(self, args):
+        """(the bucketed graph's arguments, the true sizes) for a call, or None when the
+        sizes do not fit the plan (the call then runs exactly)."""
+        vals = {}
+        for i, d, s in self.sources:
+            a = args[i]
+            v = int(a.shape[d]) if d is not None else a
+            if not isinstance(v, int) or vals.setdefault(s, v) != v:
+                return None
+        if any(s not in vals for s in self.syms):
+            return None
+        bucket = dict(vals)
+        for s in self.syms:
+            bucket[s] = size_class(vals[s], self.least)
+        padded = list(args)
+        for i, spec in self.placeholders:
+            a = args[i]
+            if isinstance(spec, list):  # a tensor: pad the dimensions that grow
+                pads = []
+                for d in reversed(range(len(spec))):
+                    want = int(spec[d].xreplace(bucket))
+                    have = int(a.shape[d])
+                    if want < have:
+                        return None
+                    pads += [0, want - have]
+                while pads and pads[-1] == 0:
+                    pads = pads[:-2]
+                if pads:
+                    padded[i] = torch.constant_pad_nd(a, pads, 0)
+            else:
+                padded[i] = int(spec.xreplace(bucket))
+        padded += [torch.tensor(vals[s], dtype=torch.int64) for s in self.order]
+        return padded, vals
+
+    def cut(self, outs, vals):
+        """The outputs at their true sizes."""
+        res = list(outs)
+        for k, spec in enumerate(self.outputs):
+            if spec is None or not isinstance(res[k], Tensor):
+                continue
+            shape_e, stride_e = spec
+            shape = [int(e.xreplace(vals)) for e in shape_e]
+            t = res[k]
+            if list(t.shape) == shape:
+                continue
+            for d, n in enumerate(shape):
+                if n != t.shape[d]:
+                    t = t.narrow(d, 0, n)
+            strides = [int(e.xreplace(vals)) for e in stride_e]
+            out = torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device)
+            res[k] = out.copy_(t)
+        return type(outs)(res) if isinstance(outs, tuple) else res
+
+
+def plan(gm, kind, least=None):
+    """A :class:`Plan` for graph `gm`, or a string saying why it is compiled per shape."""
+    least = minimum() if least is None else least
+    if not least:
+        return "buckets are off (TORCHNEURON_COMPILE_BUCKETS=0)"
+    if kind != "inference":
+        return f"a {kind} graph (only inference graphs are bucketed)"
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    cands = set()
+    for n in phs:
+        v = n.meta.get("val")
+        if isinstance(v, Tensor):
+            for s in v.shape:
+                cands |= _syms(s)
+        elif isinstance(v, torch.SymInt):
+            cands |= _syms(v)
+    if not cands:
+        return "no symbolic sizes"
+    syms = set(cands)
+    reasons = []
+    masks = []
+    while syms:
+        try:
+            masks = analyse(gm, syms)
+            break
+        except Rejected as e:
+            reasons.append(str(e))
+            bad = e.syms & syms
+            if not bad:
+                return "; ".join(reasons)
+            syms -= bad
+    if not syms:
+        return "; ".join(reasons)
+    return _make_plan(gm, phs, syms, least, masks)
+
+
+def _make_plan(gm, phs, syms, least, masks):
+    sources = []
+    placeholders = []
+    for i, n in enumerate(phs):
+        v = n.meta.get("val")
+        if isinstance(v, Tensor):
+            exprs = [_expr(s) for s in v.shape]
+            for d, e in enumerate(exprs):
+                if isinstance(e, sympy.Symbol):
+                    sources.append((i, d, e))
+            if any(e.free_symbols & syms for e in exprs):
+                placeholders.append((i, exprs))
+        elif isinstance(v, torch.SymInt):
+            e = _expr(v)
+            if isinstance(e, sympy.Symbol):
+                sources.append((i, None, e))
+            if e.free_symbols & syms:
+                placeholders.append((i, e))
+    have = {s for _, _, s in sources}
+    if not syms <= have:
+        return f"sizes {sorted(map(str, syms - have))} come from no input dimension"
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outputs = []
+    for leaf in out_node.args[0]:
+        v = leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else None
+        if isinstance(v, Tensor) and any(_syms(s) & syms for s in v.shape):
+            outputs.append(([_expr(s) for s in v.shape], [_expr(s) for s in v.stride()]))
+        else:
+            outputs.append(None)
+    order = sorted(syms, key=str)
+    return Plan(syms, sources, placeholders, outputs, least, _rewrite(gm, order, masks), order)
+
+
+def _rewrite(gm, order, masks):
+    """A copy of `gm` with the true value of each bucketed symbol as an extra input (a
+    0-d int64 CPU tensor, in `order`) and the padded keys and values of each causal
+    attention zeroed."""
+    g = torch.fx.Graph()
+    env = {}
+    out = g.graph_copy(gm.graph, env)
+    g.output(out)
+    last = [n for n in g.nodes if n.op == "placeholder"][-1]
+    trues = {}
+    with g.inserting_after(last):
+        for s in reversed(order):
+            trues[s] = g.placeholder(f"bucket_true_{s}")
+    for n, kd, sym, off in masks:
+        n2 = env[n]
+        names = [a.name for a in n.target._schema.arguments]
+        args = list(n2.args)
+        for name in ("key", "value"):
+            i = names.index(name)
+            x = args[i] if i < len(args) else n2.kwargs[name]
+            dev = n.meta["val"][0].device if isinstance(n.meta.get("val"), tuple) \
+                else (n.all_input_nodes[0].meta["val"].device)
+            with g.inserting_before(n2):
+                size = g.call_function(aten.sym_size.int, (x, kd))
+                ar = g.call_function(aten.arange.default, (size,),
+                                     {"dtype": torch.int64, "device": dev})
+                lim = trues[sym]
+                if off:
+                    lim = g.call_function(aten.add.Tensor, (lim, off))
+                pad = g.call_function(aten.ge.Tensor, (ar, lim))
+                pad = g.call_function(aten.view.default, (pad, [size, 1]))
+                x2 = g.call_function(aten.masked_fill.Scalar, (x, pad, 0))
+            if i < len(args):
+                args[i] = x2
+            else:
+                kw = dict(n2.kwargs)
+                kw[name] = x2
+                n2.kwargs = kw
+        n2.args = tuple(args)
+    g.lint()
+    return torch.fx.GraphModule(gm, g)
+
+
+def _padded(v, syms):
+    """The dimensions of tensor `v` whose size involves a bucketed symbol."""
+    return [d for d, s in enumerate(v.shape) if _syms(s) & syms]
+
+
+def _dim(d, n):
+    return d + n if d < 0 else d
+
+
+def _factors(e):
+    """A size expression as its ordered factors: integers and symbolic parts."""
+    if isinstance(e, sympy.Mul):
+        return list(e.as_ordered_factors())
+    return [e]
+
+
+def _regroup(shape_in, shape_out, orders):
+    """A reshape as a regrouping of its input's factors: each output dimension takes the
+    next factors of the input, in order (an integer factor may split).  Records the
+    factor order of each merged dimension in `orders` (a size expression -> its factors,
+    as first formed); False when the reshape is not such a regrouping, or forms a size
+    already formed in another order."""
+    tokens = []
+    for s in shape_in:
+        tokens += list(orders.get(_expr(s), _factors(_expr(s))))
+    tokens = [t for t in tokens if t != 1]
+    for s in shape_out:
+        e = _expr(s)
+        acc = sympy.Integer(1)
+        used = []
+        while sympy.expand(acc - e) != 0:
+            if not tokens:
+                return False
+            t = tokens[0]
+            r = sympy.cancel(e / acc)
+            if t.is_Integer and r.is_Integer and t != r and t % r == 0:
+                tokens[0] = t // r  # an integer factor split
+                t = r
+            else:
+                tokens.pop(0)
+            acc = acc * t
+            used.append(t)
+        if len(used) > 1:
+            if orders.setdefault(e, tuple(used)) != tuple(used):
+                return False
+    return all(t == 1 for t in tokens)
+
+
+def _whole(e, syms):
+    """A size made by a size argument (arange's end, full's shape) holds its true values
+    as a prefix only when it is one bucketed symbol plus a constant."""
+    f = e.free_symbols & syms
+    if not f:
+        return True
+    if len(f) > 1:
+        return False
+    (x,) = f
+    return sympy.expand(e - x).free_symbols.isdisjoint(syms)
+
+
+def _named(n):
+    """The node's arguments by schema name."""
+    t = n.target
+    out = {}
+    try:
+        names = [a.name for a in t._schema.arguments]
+    except AttributeError:
+        return dict(n.kwargs)
+    for name, v in zip(names, n.args):
+        out[name] = v
+    out.update(n.kwargs)
+    return out
+
+
+def analyse(gm, syms):
+    """Raise :class:`Rejected` unless `gm` is prefix-causal in every symbol of `syms`."""
+    syms = set(syms)
+    vals = {}
+    alias_in = set()  # nodes that are (views of) padded placeholders
+
+    def val(x):
+        return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+
+    def bsyms(x):
+        v = val(x)
+        if isinstance(v, Tensor):
+            out = set()
+            for s in v.shape:
+                out |= _syms(s) & syms
+            return out
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return v.node.expr.free_symbols & syms
+        return set()
+
+    def where(n):
+        return f"{n.format_node()}"
+
+    masks = []
+    orders = {}  # merged sizes -> their factors in order (see _regroup)
+
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = val(n)
+            if isinstance(v, Tensor) and _padded(v, syms):
+                alias_in.add(n)
+            continue
+        if n.op == "get_attr":
+            continue
+        if n.op == "output":
+            for leaf in n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]:
+                if isinstance(leaf, (list, tuple)):
+                    raise Rejected("a nested output", syms)
+                if not isinstance(leaf, torch.fx.Node):
+                    continue
+                if leaf in alias_in:
+                    raise Rejected(f"output {leaf.name} is an input padded in "
+                                   f"{sorted(map(str, bsyms(leaf)))}", bsyms(leaf))
+                if not isinstance(val(leaf), Tensor) and bsyms(leaf):
+                    raise Rejected(f"output {leaf.name} is a bucketed size", bsyms(leaf))
+            continue
+        t = n.target
+        if t is operator.getitem:
+            if n.args[0] in alias_in:
+                alias_in.add(n)
+            continue
+        if t in _SYM_ARITH:
+            continue
+        if t is aten.copy_.default:
+            raise Rejected("the graph mutates an input", syms)
+        if isinstance(t, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in t.tags \
+                and not (t in _SDPA and not _named(n).get("dropout_p", 0.0)):
+            raise Rejected(f"random numbers: {where(n)}", syms)
+        # a bucketed size used as a value
+        size_pos = _SIZE_ARGS.get(t, ())
+        for k, a in enumerate(n.args):
+            if k in size_pos:
+                continue
+            for x in (a if isinstance(a, (list, tuple)) else [a]):
+                if isinstance(x, torch.fx.Node) and not isinstance(val(x), Tensor) and bsyms(x):
+                    raise Rejected(f"a bucketed size used as a value: {where(n)}", bsyms(x))
+        for x in n.kwargs.values():
+            if isinstance(x, torch.fx.Node) and not isinstance(val(x), Tensor) and bsyms(x):
+                raise Rejected(f"a bucketed size used as a value: {where(n)}", bsyms(x))
+        ins = [x for x in n.all_input_nodes if isinstance(val(x), Tensor)]
+        padded_in = [x for x in ins if bsyms(x)]
+        if not padded_in:
+            # sees no padding; a size it is given makes a dimension that is true up to the
+            # true size (arange, full) when that is one symbol
+            v = val(n)
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(x, Tensor) and not all(_whole(_expr(s), syms) for s in x.shape):
+                    raise Rejected(f"a size made of several bucketed sizes: {where(n)}",
+                                   bsyms(n))
+            continue
+        m = _rule(n, t, syms, val, bsyms, orders)
+        if m is not None:
+            masks.append(m)
+        if isinstance(t, torch._ops.OpOverload) and (t in _VIEWS or t in _SAME_DIMS
+                                                     or t is aten.slice.Tensor
+                                                     or t is aten.split.Tensor
+                                                     or t is aten.split_with_sizes.default):
+            if any(x in alias_in for x in ins) and t not in (aten.clone.default,
+                                                             aten._to_copy.default,
+                                                             aten.lift_fresh_copy.default,
+                                                             aten.contiguous.default):
+                alias_in.add(n)
+    return masks
+
+
+def _rule(n, t, syms, val, bsyms, orders):
+    """Raise Rejected unless op node `n` keeps the true region exact."""
+    args = n.args
+    if not isinstance(t, torch._ops.OpOverload):
+        raise Rejected(f"no bucket rule for {n.format_node()}", bsyms(n) | _in_syms(n, bsyms))
+    if torch.Tag.pointwise in t.tags or t in _SAME_DIMS:
+        return
+    if t in _VIEWS:
+        if not _regroup(val(args[0]).shape, val(n).shape, orders):
+            raise Rejected(f"a reshape splits a padded dimension: {n.format_node()}",
+                           bsyms(args[0]))
+        return
+    x0 = val(args[0]) if args and isinstance(args[0], torch.fx.Node) else None
+    if t in _REDUCE or t in _REDUCE_ALL or t in _PREFIX:
+        v = x0
+        pad = set(_padded(v, syms))
+        if t in _REDUCE_ALL or (t in _REDUCE and (len(args) < 2 or args[1] is None)):
+            dims = set(range(v.dim()))
+        else:
+            k = _REDUCE.get(t, _PREFIX.get(t))
+            d = args[k] if len(args) > k else n.kwargs.get("dim")
+            dims = {_dim(x, v.dim()) for x in (d if isinstance(d, (list, tuple)) else [d])}
+        if t in _PREFIX:
+            return
+        if dims & pad:
+            raise Rejected(f"a reduction over a padded dimension: {n.format_node()}",
+                           _dim_syms(v, dims & pad, syms))
+        return
+    if t in (aten.native_layer_norm.default, aten.layer_norm.default):
+        v = x0
+        k = len(args[1])
+        dims = set(range(v.dim() - k, v.dim()))
+        bad = dims & set(_padded(v, syms))
+        if bad:
+            raise Rejected(f"a norm over a padded dimension: {n.format_node()}",
+                           _dim_syms(v, bad, syms))
+        return
+    if t in (aten._native_batch_norm_legit_no_training.default,):
+        if 1 in _padded(x0, syms):
+            raise Rejected(f"batch norm over padded channels: {n.format_node()}",
+                           _dim_syms(x0, {1}, syms))
+        return
+    if t in (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default):
+        a, b = (args[1], args[2]) if t in (aten.addmm.default, aten.baddbmm.default) else args[:2]
+        va, vb = val(a), val(b)
+        if va.dim() - 1 in _padded(va, syms) or vb.dim() - 2 in _padded(vb, syms):
+            raise Rejected(f"a matmul contracts a padded dimension: {n.format_node()}",
+                           _dim_syms(va, {va.dim() - 1}, syms) | _dim_syms(vb, {vb.dim() - 2}, syms))
+        return
+    if t in _SDPA:
+        kw = _named(n)
+        q, k = val(kw["query"]), val(kw["key"])
+        kd = k.dim() - 2
+        if q.dim() - 1 in _padded(q, syms) or k.dim() - 1 in _padded(k, syms):
+            raise Rejected(f"attention over a padded head dimension: {n.format_node()}",
+                           _dim_syms(q, {q.dim() - 1}, syms) | _dim_syms(k, {k.dim() - 1}, syms))
+        if kd not in _padded(k, syms):
+            return
+        mask = kw.get("attn_mask", kw.get("attn_bias"))
+        causal = bool(kw.get("is_causal", False))
+        drop = kw.get("dropout_p", 0.0)
+        qe, ke = _expr(q.shape[q.dim() - 2]), _expr(k.shape[kd])
+        diff = sympy.simplify(ke - qe)
+        ks = ke.free_symbols & syms
+        if causal and mask is None and not drop and diff.is_Integer and diff >= 0 \
+                and len(ks) == 1 and ks <= (qe.free_symbols & syms):
+            (sym,) = ks
+            off = sympy.simplify(ke - sym)
+            if off.is_Integer:
+                # the padded keys and values are zeroed (in the rewritten graph), so that
+                # a non-finite value there cannot reach a true query through a zero weight
+                return (n, kd, sym, int(off))
+        raise Rejected(f"attention over padded keys that is not causal: {n.format_node()}",
+                       _dim_syms(k, {kd}, syms))
+    if t is aten.embedding.default:
+        if _padded(val(args[0]), syms):
+            raise Rejected(f"an embedding table with a padded dimension: {n.format_node()}",
+                           bsyms(args[0]))
+        return
+    if t is aten.cat.default:
+        ts = [val(x) for x in args[0]]
+        out = val(n)
+        d = _dim(args[1] if len(args) > 1 else n.kwargs.get("dim", 0), out.dim())
+        if d in _padded(out, syms):
+            for x in ts[:-1]:
+                if x.dim() == out.dim() and d in _padded(x, syms):
+                    raise Rejected(f"cat along a padded dimension, a padded piece before "
+                                   f"the last: {n.format_node()}", _dim_syms(x, {d}, syms))
+        return
+    if t is aten.slice.Tensor:
+        v = x0
+        d = _dim(args[1] if len(args) > 1 else 0, v.dim())
+        if d not in _padded(v, syms):
+            return
+        start = args[2] if len(args) > 2 else None
+        end = args[3] if len(args) > 3 else None
+        step = args[4] if len(args) > 4 else 1
+        ext = _expr(v.shape[d])
+        end_e = _expr(val(end)) if end is not None else None
+        if start in (None, 0) and step == 1 and (
+                end is None or (isinstance(end, int) and end >= 2 ** 62)
+                or (end_e is not None and sympy.simplify(end_e - ext) == 0)):
+            return
+        raise Rejected(f"a slice of a padded dimension: {n.format_node()}",
+                       _dim_syms(v, {d}, syms))
+    if t in (aten.split.Tensor, aten.split_with_sizes.default, aten.select.int,
+             aten.index_select.default, aten.narrow.default, aten.unbind.int, aten.gather.default,
+             aten.flip.default, aten.roll.default):
+        v = x0
+        d = args[2] if t in (aten.split.Tensor, aten.split_with_sizes.default) else args[1]
+        if t in (aten.flip.default, aten.roll.default):
+            if _padded(v, syms):
+                raise Rejected(f"no bucket rule for {n.format_node()}", bsyms(args[0]))
+            return
+        if isinstance(d, (list, tuple)):
+            d = d[0]
+        d = _dim(d if isinstance(d, int) else 0, v.dim())
+        if d in _padded(v, syms):
+            raise Rejected(f"indexing a padded dimension: {n.format_node()}",
+                           _dim_syms(v, {d}, syms))
+        return
+    raise Rejected(f"no bucket rule for {n.format_node()}", _in_syms(n, bsyms))
+
+
+def _in_syms(n, bsyms):
+    out = set()
+    for x in n.all_input_nodes:
+        out |= bsyms(x)
+    return out
+
+
+def _dim_syms(v, dims, syms):
+    out = set()
+    for d in dims:
+        out |= _syms(v.shape[d]) & syms
+    return out

@@ -1,0 +1,202 @@
+"""Shape buckets in torch.compile(backend="neuron") (compile/buckets.py): a graph with
+symbolic sizes runs them padded to a size class, one executable per class, where the
+graph keeps the true outputs exact -- and per shape where it does not.  Every result is
+compared with PyTorch's CPU result."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import DEV, assert_same
+from torchneuron import compile as tnc
+from torchneuron.compile import buckets
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    tnc.reset_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def _compile(fn, **kw):
+    return torch.compile(fn, backend="neuron", **kw)
+
+
+def _run(f, make, lengths, **kw):
+    """f compiled with dynamic=True over `lengths`, each result against the CPU's."""
+    cf = _compile(f, dynamic=True, **kw)
+    for n in lengths:
+        args = make(n)
+        want = f(*args)
+        got = cf(*[a.to(DEV) if isinstance(a, torch.Tensor) else a for a in args])
+        assert_same(got, want, atol=1e-5, rtol=1e-5, msg=f"length {n}")
+        for g, w in zip(got if isinstance(got, tuple) else [got],
+                        want if isinstance(want, tuple) else [want]):
+            assert g.stride() == w.stride(), (n, g.stride(), w.stride())
+    return tnc.stats()
+
+
+def test_size_classes():
+    assert [buckets.size_class(v, 16) for v in (1, 2, 7, 8, 9, 16, 17, 33, 64, 65)] == \
+        [1, 2, 7, 16, 16, 16, 32, 64, 64, 128]
+    assert [buckets.size_class(v, 24) for v in (11, 12, 24, 25, 49)] == [11, 24, 24, 48, 96]
+
+
+W = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
+
+
+def _seq(n):
+    return torch.randn(2, n, 16, generator=torch.Generator().manual_seed(n)), W
+
+
+def _heads(n):
+    return (torch.randn(2, 3, n, 16, generator=torch.Generator().manual_seed(n)),)
+
+
+def _causal(x):
+    return F.scaled_dot_product_attention(x, x * 0.5, x + 1, is_causal=True)
+
+
+# graphs whose true outputs do not depend on the padding: lengths 9-16 share one bucket
+BUCKETED = {
+    "linear and gelu": lambda x, w: F.gelu(x @ w + 1),
+    "norm and softmax over features": lambda x, w: F.layer_norm(x, (16,)).softmax(-1),
+    "cumsum along the sequence": lambda x, w: x.cumsum(1),
+    "batch and sequence merged":
+        lambda x, w: (x.reshape(-1, 16) @ w).view(x.shape[0], -1, 16),
+    "a constant before the sequence":
+        lambda x, w: torch.cat([torch.ones(2, 3, 16, device=x.device), x], 1) * 2,
+    "a transposed output": lambda x, w: x.transpose(1, 2) * 3,
+    "two outputs": lambda x, w: (x.sin(), (x @ w).cos()),
+}
+
+
+@pytest.mark.parametrize("name", list(BUCKETED))
+def test_bucketed_graphs_compile_once_per_bucket(name):
+    s = _run(BUCKETED[name], _seq, range(9, 17))
+    assert s["bucketed_graphs"] == 1 and s["bucket_calls"] == 8, s
+    assert s["compilations"] == 1, s
+
+
+def test_causal_attention_is_bucketed():
+    s = _run(_causal, _heads, range(9, 17))
+    assert s["bucketed_graphs"] == 1 and s["compilations"] == 1, s
+
+
+# graphs where padding would reach a true output: compiled per shape, still right
+EXACT = {
+    "mean over the sequence": (lambda x, w: x.mean(1), _seq),
+    "the last position": (lambda x, w: x[:, -1] * 2, _seq),
+    "a size as a value": (lambda x, w: x * x.shape[1], _seq),
+    "a matmul over the sequence": (lambda x, w: x.transpose(1, 2) @ x, _seq),
+    "attention that is not causal":
+        (lambda x: F.scaled_dot_product_attention(x, x, x), _heads),
+    "a softmax over the sequence": (lambda x, w: x.softmax(1), _seq),
+}
+
+
+@pytest.mark.parametrize("name", list(EXACT))
+def test_graphs_padding_would_change_compile_per_shape(name):
+    f, make = EXACT[name]
+    s = _run(f, make, range(9, 13))
+    assert s["compilations"] == 4, s
+
+
+def test_padded_values_never_reach_a_true_query():
+    """Causal attention over padded keys: the padded values are zeroed, so an infinity
+    computed there (1/0 from the zero padding) cannot turn a true row into NaN through
+    a zero weight."""
+    def f(x):
+        return F.scaled_dot_product_attention(x, x, 1.0 / x, is_causal=True)
+
+    def make(n):
+        x = torch.rand(1, 2, n, 16, generator=torch.Generator().manual_seed(n)) + 1
+        return (x,)
+
+    s = _run(f, make, (9, 11, 13))
+    assert s["bucket_calls"] == 3 and s["compilations"] == 1, s
+
+
+def test_a_head_dimension_that_varies_is_not_bucketed():
+    """The head dimension is attention's contraction (and its default scale): padding it
+    would change every score, so only the sequence is bucketed."""
+    def make(n):
+        return (torch.randn(1, 2, 20 + n % 3, n, generator=torch.Generator().manual_seed(n)),)
+
+    s = _run(_causal, make, (10, 12, 14, 10))
+    assert s["compilations"] == 3, s
+
+
+def test_hugging_face_gpt2_twenty_lengths_three_compiles():
+    """Tiny GPT-2 under torch.compile(dynamic=True) over 20 prompt lengths (8-46): three
+    executables (buckets 16, 32, 64); logits and the key/value cache equal the CPU's."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=1000,
+                                  n_positions=64)
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+    mn = transformers.GPT2LMHeadModel(cfg).eval()
+    mn.load_state_dict(m.state_dict())
+    cf = _compile(mn.to(DEV), dynamic=True)
+    g = torch.Generator().manual_seed(4)
+    for n in range(8, 48, 2):
+        ids = torch.randint(0, 1000, (2, n), generator=g)
+        with torch.no_grad():
+            want = m(ids)
+            got = cf(ids.to(DEV))
+        assert_same(got.logits, want.logits, atol=1e-5, rtol=1e-5, msg=f"length {n}")
+        assert got.logits.is_contiguous()
+        for layer in range(2):
+            assert_same(got.past_key_values.layers[layer].keys,
+                         want.past_key_values.layers[layer].keys, atol=1e-5, rtol=1e-5)
+    s = tnc.stats()
+    assert s["compilations"] == 3 and s["bucket_calls"] == 20, s
+
+
+def test_mark_dynamic_is_bucketed():
+    def f(x, w):
+        return F.gelu(x @ w)
+
+    cf = _compile(f)
+    wd = W.to(DEV)
+    for n in (9, 12, 15):
+        x = torch.randn(2, n, 16)
+        dx = x.to(DEV)
+        torch._dynamo.mark_dynamic(dx, 1)
+        assert_same(cf(dx, wd), f(x, W), atol=1e-5, rtol=1e-5)
+    s = tnc.stats()
+    assert s["compilations"] == 1 and s["bucket_calls"] == 3, s
+
+
+def test_a_hundred_lengths_four_buckets():
+    """A loop over 100 lengths (8-107), back to a short one every tenth step: four
+    buckets (16 ... 128), every result equal to the CPU's."""
+    cf = _compile(_causal, dynamic=True)
+    short = _heads(9)[0]
+    for n in range(8, 108):
+        x = _heads(n)[0]
+        assert_same(cf(x.to(DEV)), _causal(x), atol=1e-5, rtol=1e-5, msg=f"length {n}")
+        if n % 10 == 0:
+            assert_same(cf(short.to(DEV)), _causal(short), atol=1e-5, rtol=1e-5)
+    s = tnc.stats()
+    assert s["compilations"] == 4 and s["bucket_calls"] == 100 + 10, s
+
+
+def test_buckets_off(monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "0")
+    s = _run(BUCKETED["linear and gelu"], _seq, range(9, 13))
+    assert s["compilations"] == 4 and s["bucketed_graphs"] == 0, s
+
+
+def test_a_smaller_least_bucket(monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "4")
+    s = _run(BUCKETED["linear and gelu"], _seq, (3, 4, 5, 7, 8))
+    # no size is under half of 4: buckets 4 (3, 4) and 8 (5, 7, 8)
+    assert s["compilations"] == 2, s
+
+
+def test_a_negative_least_bucket_is_refused(monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "-2")
+    with pytest.raises(ValueError, match="TORCHNEURON_COMPILE_BUCKETS must be 0"):
+        buckets.minimum()
