@@ -79,6 +79,17 @@ def test_bucketed_graphs_compile_once_per_bucket(name):
     assert s["compilations"] == 1, s
 
 
+def test_an_output_and_its_view_still_share_storage():
+    """Outputs that share storage are not bucketed: cut back one by one, they would be
+    two tensors (writing one would not show in the other, as it does on the CPU)."""
+    cf = _compile(EXACT["an output and a view of it"][0], dynamic=True)
+    for n in (9, 11):
+        y, v = cf(*[a.to(DEV) for a in _seq(n)])
+        y[0, 0, 0] = 123.0
+        assert v[0, 0, 0].item() == 123.0
+    assert tnc.stats()["bucket_calls"] == 0
+
+
 def test_causal_attention_is_bucketed():
     s = _run(_causal, _heads, range(9, 17))
     assert s["bucketed_graphs"] == 1 and s["compilations"] == 1, s
@@ -93,6 +104,9 @@ EXACT = {
     "attention that is not causal":
         (lambda x: F.scaled_dot_product_attention(x, x, x), _heads),
     "a softmax over the sequence": (lambda x, w: x.softmax(1), _seq),
+    "a sum over every dimension": (lambda x, w: x.sum([]) + x, _seq),
+    "an output and a view of it":
+        (lambda x, w: (lambda y: (y, y.transpose(1, 2)))(x * 2), _seq),
 }
 
 

@@ -112,6 +112,14 @@ _SIZE_ARGS = {  # ops whose argument at these positions is a size (a bucketed si
     aten.new_ones.default: (1,), aten.new_empty.default: (1,), aten.new_full.default: (1,),
     aten.empty_strided.default: (0, 1), aten.slice.Tensor: (3,),
 }
+_SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int}
+# ops whose result views their first argument's storage
+_VIEW_OPS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+             aten.alias.default, aten.permute.default, aten.transpose.int, aten.t.default,
+             aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+             aten.squeeze.default, aten.expand.default, aten.slice.Tensor, aten.select.int,
+             aten.narrow.default, aten.detach.default, aten.diagonal.default,
+             aten.as_strided.default}
 _SYM_ARITH = {operator.mul, operator.add, operator.sub, operator.floordiv, operator.neg,
               torch.sym_max, torch.sym_min, aten.sym_size.int, aten.sym_numel.default,
               aten.sym_stride.int}
@@ -405,6 +413,7 @@ def analyse(gm, syms):
 
     masks = []
     orders = {}  # merged sizes -> their factors in order (see _regroup)
+    base = {}  # node -> the node whose storage it views
 
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -415,7 +424,16 @@ def analyse(gm, syms):
         if n.op == "get_attr":
             continue
         if n.op == "output":
-            for leaf in n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]:
+            leaves = n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]
+            seen = {}
+            for leaf in leaves:
+                if isinstance(leaf, torch.fx.Node) and isinstance(val(leaf), Tensor) \
+                        and bsyms(leaf):
+                    b = base.get(leaf, leaf)
+                    if seen.setdefault(b, leaf) is not leaf:
+                        raise Rejected(f"outputs {seen[b].name} and {leaf.name} share "
+                                       "storage (cut back, they would not)", bsyms(leaf))
+            for leaf in leaves:
                 if isinstance(leaf, (list, tuple)):
                     raise Rejected("a nested output", syms)
                 if not isinstance(leaf, torch.fx.Node):
@@ -430,7 +448,11 @@ def analyse(gm, syms):
         if t is operator.getitem:
             if n.args[0] in alias_in:
                 alias_in.add(n)
+            if isinstance(n.args[0], torch.fx.Node) and n.args[0].target in _SPLITS:
+                base[n] = base.get(n.args[0].args[0], n.args[0].args[0])
             continue
+        if t in _VIEW_OPS and n.args and isinstance(n.args[0], torch.fx.Node):
+            base[n] = base.get(n.args[0], n.args[0])
         if t in _SYM_ARITH:
             continue
         if t is aten.copy_.default:
@@ -496,6 +518,8 @@ def _rule(n, t, syms, val, bsyms, orders):
         else:
             k = _REDUCE.get(t, _PREFIX.get(t))
             d = args[k] if len(args) > k else n.kwargs.get("dim")
+            if d is None or (isinstance(d, (list, tuple)) and not d):  # [] is every dim
+                d = list(range(v.dim()))
             dims = {_dim(x, v.dim()) for x in (d if isinstance(d, (list, tuple)) else [d])}
         if t in _PREFIX:
             return
