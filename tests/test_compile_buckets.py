@@ -90,9 +90,42 @@ def test_an_output_and_its_view_still_share_storage():
     assert tnc.stats()["bucket_calls"] == 0
 
 
-def test_causal_attention_is_bucketed():
-    s = _run(_causal, _heads, range(9, 17))
+ATTENTION = {
+    "causal": _causal,
+    "not causal": lambda x: F.scaled_dot_product_attention(x, x * 0.5, x + 1),
+    "a float mask": lambda x: F.scaled_dot_product_attention(
+        x, x, x, attn_mask=x[..., :1] * x[..., :1].transpose(-1, -2)),
+    "three fixed queries": lambda x: F.scaled_dot_product_attention(x[:, :, :3] * 1, x, x),
+}
+
+
+@pytest.mark.parametrize("name", list(ATTENTION))
+def test_attention_is_bucketed(name):
+    """Padded keys are masked out of every score (or, causal, never reached by a true
+    query): lengths 9-16 in one executable."""
+    s = _run(ATTENTION[name], _heads, range(9, 17))
     assert s["bucketed_graphs"] == 1 and s["compilations"] == 1, s
+
+
+def test_a_growing_cache():
+    """A key/value cache growing by a token each step (cat of the padded past and the new
+    token): the token is written right after the past's true end, the rest stays exact."""
+    def f(past, new, q):
+        k = torch.cat([past, new], 2)
+        return k, F.scaled_dot_product_attention(q, k, k * 2)
+
+    cf = _compile(f, dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    past = torch.randn(1, 2, 9, 16, generator=g)
+    for _ in range(20):
+        new = torch.randn(1, 2, 1, 16, generator=g)
+        q = torch.randn(1, 2, 1, 16, generator=g)
+        want = f(past, new, q)
+        got = cf(past.to(DEV), new.to(DEV), q.to(DEV))
+        assert_same(got, want, atol=1e-5, rtol=1e-5, msg=f"past {past.shape[2]}")
+        past = want[0]
+    s = tnc.stats()
+    assert s["bucket_calls"] >= 19 and s["compilations"] <= 3, s
 
 
 # graphs where padding would reach a true output: compiled per shape, still right
@@ -101,12 +134,14 @@ EXACT = {
     "the last position": (lambda x, w: x[:, -1] * 2, _seq),
     "a size as a value": (lambda x, w: x * x.shape[1], _seq),
     "a matmul over the sequence": (lambda x, w: x.transpose(1, 2) @ x, _seq),
-    "attention that is not causal":
-        (lambda x: F.scaled_dot_product_attention(x, x, x), _heads),
+    "attention with a boolean mask": (lambda x: F.scaled_dot_product_attention(
+        x, x, x, attn_mask=x[..., :1] > -0.5), _heads),
     "a softmax over the sequence": (lambda x, w: x.softmax(1), _seq),
     "a sum over every dimension": (lambda x, w: x.sum([]) + x, _seq),
     "an output and a view of it":
         (lambda x, w: (lambda y: (y, y.transpose(1, 2)))(x * 2), _seq),
+    "a piece after the padded one, then a mean": (lambda x, w: torch.cat(
+        [x, x[:, :1] * 2, x[:, :2]], 1).mean(1), _seq),
 }
 
 
@@ -124,12 +159,17 @@ def test_padded_values_never_reach_a_true_query():
     def f(x):
         return F.scaled_dot_product_attention(x, x, 1.0 / x, is_causal=True)
 
+    def g(x):
+        return F.scaled_dot_product_attention(x, x, 1.0 / x)
+
     def make(n):
         x = torch.rand(1, 2, n, 16, generator=torch.Generator().manual_seed(n)) + 1
         return (x,)
 
-    s = _run(f, make, (9, 11, 13))
-    assert s["bucket_calls"] == 3 and s["compilations"] == 1, s
+    for fn in (f, g):  # causal (zeroed), not causal (zeroed and masked)
+        tnc.reset_stats()
+        s = _run(fn, make, (9, 11, 13))
+        assert s["bucket_calls"] == 3 and s["compilations"] == 1, s
 
 
 def test_a_head_dimension_that_varies_is_not_bucketed():
@@ -166,6 +206,28 @@ def test_hugging_face_gpt2_twenty_lengths_three_compiles():
                          want.past_key_values.layers[layer].keys, atol=1e-5, rtol=1e-5)
     s = tnc.stats()
     assert s["compilations"] == 3 and s["bucket_calls"] == 20, s
+
+
+def test_hugging_face_compiled_generate_with_the_dynamic_cache():
+    """model.forward compiled, generate() with Hugging Face's dynamic cache: the decoding
+    step's growing key/value cache runs in buckets (not a compile per token); the tokens
+    equal the CPU's."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=1000)
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+    d = transformers.GPT2LMHeadModel(cfg).eval()
+    d.load_state_dict(m.state_dict())
+    d = d.to(DEV)
+    d.forward = torch.compile(d.forward, backend="neuron")
+    ids = torch.randint(0, 1000, (1, 6), generator=torch.Generator().manual_seed(1))
+    kw = dict(max_new_tokens=30, min_new_tokens=30, do_sample=False)
+    want = m.generate(ids, **kw)
+    got = d.generate(ids.to(DEV), **kw)
+    assert torch.equal(got.cpu(), want)
+    s = tnc.stats()
+    # prefill, the first decoding step, two exact past lengths (6, 7), buckets 16 and 32
+    assert s["bucket_calls"] >= 28 and s["compilations"] <= 6, s
 
 
 def test_mark_dynamic_is_bucketed():

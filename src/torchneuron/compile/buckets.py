@@ -284,34 +284,91 @@ def _rewrite(gm, order, masks):
     with g.inserting_after(last):
         for s in reversed(order):
             trues[s] = g.placeholder(f"bucket_true_{s}")
-    for n, kd, sym, off in masks:
-        n2 = env[n]
-        names = [a.name for a in n.target._schema.arguments]
-        args = list(n2.args)
-        for name in ("key", "value"):
+    for fix in masks:
+        kind, n = fix[0], env[fix[1]]
+        node = fix[1]
+        dev = _device_of(node)
+        if kind == "cat":
+            _, _, d, k, sym, off = fix
+            _rewrite_cat(g, n, d, k, trues[sym], off, dev)
+            continue
+        _, _, kd, sym, off = fix
+        names = [a.name for a in node.target._schema.arguments]
+        args = list(n.args)
+        kwargs = dict(n.kwargs)
+
+        def get(name):
             i = names.index(name)
-            x = args[i] if i < len(args) else n2.kwargs[name]
-            dev = n.meta["val"][0].device if isinstance(n.meta.get("val"), tuple) \
-                else (n.all_input_nodes[0].meta["val"].device)
-            with g.inserting_before(n2):
-                size = g.call_function(aten.sym_size.int, (x, kd))
-                ar = g.call_function(aten.arange.default, (size,),
-                                     {"dtype": torch.int64, "device": dev})
-                lim = trues[sym]
-                if off:
-                    lim = g.call_function(aten.add.Tensor, (lim, off))
-                pad = g.call_function(aten.ge.Tensor, (ar, lim))
-                pad = g.call_function(aten.view.default, (pad, [size, 1]))
-                x2 = g.call_function(aten.masked_fill.Scalar, (x, pad, 0))
+            return args[i] if i < len(args) else kwargs.get(name)
+
+        def put(name, v):
+            i = names.index(name)
             if i < len(args):
-                args[i] = x2
+                args[i] = v
             else:
-                kw = dict(n2.kwargs)
-                kw[name] = x2
-                n2.kwargs = kw
-        n2.args = tuple(args)
+                kwargs[name] = v
+
+        with g.inserting_before(n):
+            key = get("key")
+            size = g.call_function(aten.sym_size.int, (key, kd))
+            ar = g.call_function(aten.arange.default, (size,),
+                                 {"dtype": torch.int64, "device": dev})
+            lim = trues[sym]
+            if off:
+                lim = g.call_function(aten.add.Tensor, (lim, off))
+            pad = g.call_function(aten.ge.Tensor, (ar, lim))  # (keys,): True on padding
+            col = g.call_function(aten.view.default, (pad, [size, 1]))
+            for name in ("key", "value"):  # zeroed: no infinity there meets a zero weight
+                put(name, g.call_function(aten.masked_fill.Scalar, (get(name), col, 0)))
+            if kind == "mask":  # the padded keys out of every score
+                mname = "attn_mask" if "attn_mask" in names else "attn_bias"
+                old = get(mname)
+                dtype = node.meta["val"][0].dtype if isinstance(node.meta.get("val"), tuple) \
+                    else node.meta["val"].dtype
+                if old is None:
+                    z = g.call_function(aten.zeros.default, ([size],),
+                                        {"dtype": dtype, "device": dev})
+                    new = g.call_function(aten.masked_fill.Scalar, (z, pad, float("-inf")))
+                else:
+                    new = g.call_function(aten.masked_fill.Scalar, (old, pad, float("-inf")))
+                put(mname, new)
+        n.args = tuple(args)
+        n.kwargs = kwargs
     g.lint()
     return torch.fx.GraphModule(gm, g)
+
+
+def _device_of(node):
+    v = node.meta.get("val")
+    v = v[0] if isinstance(v, (tuple, list)) else v
+    return v.device
+
+
+def _rewrite_cat(g, n, d, k, true_sym, off, dev):
+    """cat node `n` along `d` with piece `k` padded: the pieces after it are written
+    again right after its true end (index_copy at a runtime offset)."""
+    pieces = list(n.args[0])
+    made = []
+
+    def call(*a, **kw):
+        x = g.call_function(*a, **kw)
+        made.append(x)
+        return x
+
+    with g.inserting_before(n.next):
+        before = [call(aten.sym_size.int, (p, d)) for p in pieces[:k]]
+        start = true_sym if not off else call(aten.add.Tensor, (true_sym, off))
+        for b in before:
+            start = call(aten.add.Tensor, (start, b))
+        cur = n
+        for p in pieces[k + 1:]:
+            ln = call(aten.sym_size.int, (p, d))
+            ar = call(aten.arange.default, (ln,), {"dtype": torch.int64, "device": dev})
+            idx = call(aten.add.Tensor, (ar, start))
+            cur = call(aten.index_copy.default, (cur, d, idx, p))
+            start = call(aten.add.Tensor, (start, ln))
+    keep = set(made)
+    n.replace_all_uses_with(cur, delete_user_cb=lambda u: u not in keep)
 
 
 def _padded(v, syms):
@@ -360,6 +417,16 @@ def _regroup(shape_in, shape_out, orders):
             if orders.setdefault(e, tuple(used)) != tuple(used):
                 return False
     return all(t == 1 for t in tokens)
+
+
+def _affine(e, syms):
+    """(symbol, offset) when size `e` is one bucketed symbol plus an integer, else None."""
+    f = e.free_symbols & syms
+    if len(f) != 1:
+        return None
+    (x,) = f
+    off = sympy.expand(e - x)
+    return (x, int(off)) if off.is_Integer else None
 
 
 def _whole(e, syms):
@@ -561,17 +628,20 @@ def _rule(n, t, syms, val, bsyms, orders):
         causal = bool(kw.get("is_causal", False))
         drop = kw.get("dropout_p", 0.0)
         qe, ke = _expr(q.shape[q.dim() - 2]), _expr(k.shape[kd])
-        diff = sympy.simplify(ke - qe)
-        ks = ke.free_symbols & syms
-        if causal and mask is None and not drop and diff.is_Integer and diff >= 0 \
-                and len(ks) == 1 and ks <= (qe.free_symbols & syms):
-            (sym,) = ks
-            off = sympy.simplify(ke - sym)
-            if off.is_Integer:
-                # the padded keys and values are zeroed (in the rewritten graph), so that
-                # a non-finite value there cannot reach a true query through a zero weight
-                return (n, kd, sym, int(off))
-        raise Rejected(f"attention over padded keys that is not causal: {n.format_node()}",
+        aff = _affine(ke, syms)
+        if not drop and aff is not None:
+            (sym, off) = aff
+            if causal and mask is None:
+                # a true query attends only to earlier keys, true ones when the queries are
+                # padded by the same symbol and there are no fewer keys than queries
+                diff = sympy.expand(ke - qe)
+                if diff.is_Integer and diff >= 0 and sym in qe.free_symbols:
+                    return ("zero", n, kd, sym, off)
+            elif not causal:
+                mv = val(mask) if isinstance(mask, torch.fx.Node) else mask
+                if mv is None or (isinstance(mv, Tensor) and mv.dtype.is_floating_point):
+                    return ("mask", n, kd, sym, off)
+        raise Rejected(f"attention over padded keys the buckets cannot mask: {n.format_node()}",
                        _dim_syms(k, {kd}, syms))
     if t is aten.embedding.default:
         if _padded(val(args[0]), syms):
@@ -583,10 +653,16 @@ def _rule(n, t, syms, val, bsyms, orders):
         out = val(n)
         d = _dim(args[1] if len(args) > 1 else n.kwargs.get("dim", 0), out.dim())
         if d in _padded(out, syms):
-            for x in ts[:-1]:
-                if x.dim() == out.dim() and d in _padded(x, syms):
-                    raise Rejected(f"cat along a padded dimension, a padded piece before "
-                                   f"the last: {n.format_node()}", _dim_syms(x, {d}, syms))
+            ks = [i for i, x in enumerate(ts) if x.dim() == out.dim() and d in _padded(x, syms)]
+            if ks == [len(ts) - 1]:
+                return
+            aff = _affine(_expr(ts[ks[0]].shape[d]), syms) if len(ks) == 1 else None
+            if aff is None:
+                raise Rejected(f"cat along a padded dimension, padded pieces before the "
+                               f"last: {n.format_node()}", _dim_syms(out, {d}, syms))
+            # the pieces after the padded one are written after its true end (a key/value
+            # cache growing by a token: the past is padded, the new token follows it)
+            return ("cat", n, d, ks[0], aff[0], aff[1])
         return
     if t is aten.slice.Tensor:
         v = x0
@@ -602,6 +678,10 @@ def _rule(n, t, syms, val, bsyms, orders):
                 end is None or (isinstance(end, int) and end >= 2 ** 62)
                 or (end_e is not None and sympy.simplify(end_e - ext) == 0)):
             return
+        out_e = _expr(val(n).shape[d])
+        if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end and step == 1 \
+                and out_e.is_Integer and int(out_e) == end - start:
+            return  # a fixed window the guards put inside the true extent
         raise Rejected(f"a slice of a padded dimension: {n.format_node()}",
                        _dim_syms(v, {d}, syms))
     if t in (aten.split.Tensor, aten.split_with_sizes.default, aten.select.int,
