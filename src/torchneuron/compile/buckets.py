@@ -18,16 +18,19 @@ compiled per shape, as without buckets):
   factors stay in order);
 - reductions, norms and softmaxes over dimensions that are not padded;
 - matmuls whose contraction dimension is not padded;
-- attention whose key dimension is not padded, or is causal with queries padded by the
-  same symbol (a true query attends only to earlier, true, keys);
-- ``cat`` along a padded dimension when only its last piece is padded; ``slice`` of a
-  padded dimension that keeps it from 0 to its end; ``embedding``; ``arange(s)``;
+- attention: padded keys are masked out of every score with the true key count, an
+  extra runtime input of the bucketed graph (or, causal with queries padded by the same
+  symbol, never reached by a true query); their keys and values are zeroed;
+- ``cat`` along a padded dimension: the pieces after a padded one are written again
+  right after its true end (a growing key/value cache); ``slice`` of a padded dimension
+  that keeps it whole, or a fixed window inside it; ``embedding``; ``arange(s)``;
 - a symbolic size used only as a size (``view``'s shape, ``arange``'s end, ``full``'s
   size), never as a value.
 
 Anything else that sees a padded dimension or a bucketed size keeps the graph exact:
-a reduction over the sequence, ``x[:, -1]``, a graph that mutates its inputs, returns
-an input or a size, or draws random numbers.  Only inference graphs are bucketed
+a reduction over the sequence, ``x[:, -1]``, a boolean attention mask, a graph that
+mutates its inputs, returns an input, a size or outputs sharing storage, or draws
+random numbers.  Only inference graphs are bucketed
 (forward graphs of training save activations for backward at their true sizes).
 """
 from __future__ import annotations
@@ -456,9 +459,9 @@ def _named(n):
 
 
 def analyse(gm, syms):
-    """Raise :class:`Rejected` unless `gm` is prefix-causal in every symbol of `syms`."""
+    """Raise :class:`Rejected` unless `gm` is prefix-causal in every symbol of `syms`;
+    else the rewrites the bucketed graph needs (attention masks, cat offsets)."""
     syms = set(syms)
-    vals = {}
     alias_in = set()  # nodes that are (views of) padded placeholders
 
     def val(x):
