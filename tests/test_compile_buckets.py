@@ -69,6 +69,9 @@ BUCKETED = {
         lambda x, w: torch.cat([torch.ones(2, 3, 16, device=x.device), x], 1) * 2,
     "a transposed output": lambda x, w: x.transpose(1, 2) * 3,
     "two outputs": lambda x, w: (x.sin(), (x @ w).cos()),
+    "the last position": lambda x, w: x[:, -1] * 2,
+    "the last three positions": lambda x, w: (x @ w)[:, -3:] + 1,
+    "a window at the start": lambda x, w: x[:, 1:4] * 2,
 }
 
 
@@ -131,8 +134,10 @@ def test_a_growing_cache():
 # graphs where padding would reach a true output: compiled per shape, still right
 EXACT = {
     "mean over the sequence": (lambda x, w: x.mean(1), _seq),
-    "the last position": (lambda x, w: x[:, -1] * 2, _seq),
     "a size as a value": (lambda x, w: x * x.shape[1], _seq),
+    "an index computed from the size (with a range check)":
+        (lambda x, w: x[:, x.shape[1] - 4 + 1], _seq),
+    "a step": (lambda x, w: x[:, ::2] * 2, _seq),
     "a matmul over the sequence": (lambda x, w: x.transpose(1, 2) @ x, _seq),
     "attention with a boolean mask": (lambda x: F.scaled_dot_product_attention(
         x, x, x, attn_mask=x[..., :1] > -0.5), _heads),
@@ -220,14 +225,17 @@ def test_hugging_face_compiled_generate_with_the_dynamic_cache():
     d.load_state_dict(m.state_dict())
     d = d.to(DEV)
     d.forward = torch.compile(d.forward, backend="neuron")
-    ids = torch.randint(0, 1000, (1, 6), generator=torch.Generator().manual_seed(1))
     kw = dict(max_new_tokens=30, min_new_tokens=30, do_sample=False)
-    want = m.generate(ids, **kw)
-    got = d.generate(ids.to(DEV), **kw)
-    assert torch.equal(got.cpu(), want)
+    for n in (6, 11):  # a second prompt length: the prefill's length becomes symbolic
+        ids = torch.randint(0, 1000, (1, n), generator=torch.Generator().manual_seed(n))
+        want = m.generate(ids, **kw)
+        got = d.generate(ids.to(DEV), **kw)
+        assert torch.equal(got.cpu(), want), n
     s = tnc.stats()
-    # prefill, the first decoding step, two exact past lengths (6, 7), buckets 16 and 32
-    assert s["bucket_calls"] >= 28 and s["compilations"] <= 6, s
+    # prefill, the first decoding step, two exact past lengths (6, 7), buckets 16 and 32;
+    # then the bucketed prefill (its last position read at the true end) and bucket 64
+    assert s["bucketed_graphs"] == 2 and s["bucket_calls"] >= 58, s
+    assert s["compilations"] <= 8, s
 
 
 def test_mark_dynamic_is_bucketed():

@@ -23,12 +23,13 @@ compiled per shape, as without buckets):
   symbol, never reached by a true query); their keys and values are zeroed;
 - ``cat`` along a padded dimension: the pieces after a padded one are written again
   right after its true end (a growing key/value cache); ``slice`` of a padded dimension
-  that keeps it whole, or a fixed window inside it; ``embedding``; ``arange(s)``;
+  that keeps it whole, or a fixed window inside it; the last k positions (``x[:, -1]``)
+  read at the true end; ``embedding``; ``arange(s)``;
 - a symbolic size used only as a size (``view``'s shape, ``arange``'s end, ``full``'s
   size), never as a value.
 
 Anything else that sees a padded dimension or a bucketed size keeps the graph exact:
-a reduction over the sequence, ``x[:, -1]``, a boolean attention mask, a graph that
+a reduction over the sequence, ``x[:, ::2]``, a boolean attention mask, a graph that
 mutates its inputs, returns an input, a size or outputs sharing storage, or draws
 random numbers.  Only inference graphs are bucketed
 (forward graphs of training save activations for backward at their true sizes).
@@ -113,8 +114,8 @@ _SIZE_ARGS = {  # ops whose argument at these positions is a size (a bucketed si
     aten.arange.start_step: (1,), aten.full.default: (0,), aten.zeros.default: (0,),
     aten.ones.default: (0,), aten.empty.memory_format: (0,), aten.new_zeros.default: (1,),
     aten.new_ones.default: (1,), aten.new_empty.default: (1,), aten.new_full.default: (1,),
-    aten.empty_strided.default: (0, 1), aten.slice.Tensor: (3,),
-}
+    aten.empty_strided.default: (0, 1), aten.slice.Tensor: (2, 3), aten.select.int: (2,),
+}  # (slice's start and select's index: only as "k from the end", which the rules check)
 _SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int}
 # ops whose result views their first argument's storage
 _VIEW_OPS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
@@ -295,6 +296,21 @@ def _rewrite(gm, order, masks):
             _, _, d, k, sym, off = fix
             _rewrite_cat(g, n, d, k, trues[sym], off, dev)
             continue
+        if kind in ("tail", "pick"):
+            _, _, d, k, sym, off = fix
+            x = n.args[0]
+            with g.inserting_before(n):
+                first = trues[sym] if off - k == 0 else \
+                    g.call_function(aten.add.Tensor, (trues[sym], off - k))
+                ar = g.call_function(aten.arange.default, (k if kind == "tail" else 1,),
+                                     {"dtype": torch.int64, "device": dev})
+                idx = g.call_function(aten.add.Tensor, (ar, first))
+                r = g.call_function(aten.index_select.default, (x, d, idx))
+                if kind == "pick":
+                    r = g.call_function(aten.squeeze.dim, (r, d))
+            n.replace_all_uses_with(r)
+            g.erase_node(n)
+            continue
         _, _, kd, sym, off = fix
         names = [a.name for a in node.target._schema.arguments]
         args = list(n.args)
@@ -420,6 +436,20 @@ def _regroup(shape_in, shape_out, orders):
             if orders.setdefault(e, tuple(used)) != tuple(used):
                 return False
     return all(t == 1 for t in tokens)
+
+
+def _from_end(i, ext, val):
+    """k when index `i` is the k-th from the end of a dimension of size `ext` (-k, or a
+    size expression ext - k), else None."""
+    if isinstance(i, int):
+        return -i if i < 0 else None
+    if isinstance(i, torch.fx.Node):
+        e = _expr(val(i))
+        if e is not None:
+            k = sympy.expand(ext - e)
+            if k.is_Integer and k > 0:
+                return int(k)
+    return None
 
 
 def _affine(e, syms):
@@ -685,9 +715,26 @@ def _rule(n, t, syms, val, bsyms, orders):
         if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end and step == 1 \
                 and out_e.is_Integer and int(out_e) == end - start:
             return  # a fixed window the guards put inside the true extent
+        k = _from_end(start, ext, val)
+        aff = _affine(ext, syms)
+        if k is not None and aff is not None and step == 1 and out_e == k and (
+                end is None or (isinstance(end, int) and end >= 2 ** 62)
+                or (end_e is not None and sympy.simplify(end_e - ext) == 0)):
+            return ("tail", n, d, k, aff[0], aff[1])  # the last k: read at the true end
         raise Rejected(f"a slice of a padded dimension: {n.format_node()}",
                        _dim_syms(v, {d}, syms))
-    if t in (aten.split.Tensor, aten.split_with_sizes.default, aten.select.int,
+    if t is aten.select.int:
+        v = x0
+        d = _dim(args[1], v.dim())
+        if d not in _padded(v, syms):
+            return
+        k = _from_end(args[2], _expr(v.shape[d]), val)
+        aff = _affine(_expr(v.shape[d]), syms)
+        if k is not None and aff is not None:
+            return ("pick", n, d, k, aff[0], aff[1])  # x[:, -k]: read at the true end
+        raise Rejected(f"indexing a padded dimension: {n.format_node()}",
+                       _dim_syms(v, {d}, syms))
+    if t in (aten.split.Tensor, aten.split_with_sizes.default,
              aten.index_select.default, aten.narrow.default, aten.unbind.int, aten.gather.default,
              aten.flip.default, aten.roll.default):
         v = x0
