@@ -138,6 +138,8 @@ EXACT = {
     "an index computed from the size (with a range check)":
         (lambda x, w: x[:, x.shape[1] - 4 + 1], _seq),
     "a step": (lambda x, w: x[:, ::2] * 2, _seq),
+    "a slice of another dimension from a size": (lambda x, w: x[:, :, x.shape[1]:] * 2,
+                                                  _seq),
     "a matmul over the sequence": (lambda x, w: x.transpose(1, 2) @ x, _seq),
     "attention with a boolean mask": (lambda x: F.scaled_dot_product_attention(
         x, x, x, attn_mask=x[..., :1] > -0.5), _heads),

@@ -700,9 +700,12 @@ def _rule(n, t, syms, val, bsyms, orders):
     if t is aten.slice.Tensor:
         v = x0
         d = _dim(args[1] if len(args) > 1 else 0, v.dim())
-        if d not in _padded(v, syms):
-            return
         start = args[2] if len(args) > 2 else None
+        if d not in _padded(v, syms):
+            if isinstance(start, torch.fx.Node) and bsyms(start):  # x[:, s:] shifts
+                raise Rejected(f"a slice from a bucketed size: {n.format_node()}",
+                               bsyms(start))
+            return
         end = args[3] if len(args) > 3 else None
         step = args[4] if len(args) > 4 else 1
         ext = _expr(v.shape[d])
@@ -727,6 +730,9 @@ def _rule(n, t, syms, val, bsyms, orders):
         v = x0
         d = _dim(args[1], v.dim())
         if d not in _padded(v, syms):
+            if isinstance(args[2], torch.fx.Node) and bsyms(args[2]):
+                raise Rejected(f"an index from a bucketed size: {n.format_node()}",
+                               bsyms(args[2]))
             return
         k = _from_end(args[2], _expr(v.shape[d]), val)
         aff = _affine(_expr(v.shape[d]), syms)
