@@ -286,3 +286,14 @@ def test_a_negative_least_bucket_is_refused(monkeypatch):
     monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "-2")
     with pytest.raises(ValueError, match="TORCHNEURON_COMPILE_BUCKETS must be 0"):
         buckets.minimum()
+
+
+def test_an_analysis_that_fails_compiles_per_shape(monkeypatch):
+    """A graph the analysis does not understand (here: it raises) is compiled per shape,
+    never an error."""
+    def boom(gm, syms):
+        raise KeyError("val")
+
+    monkeypatch.setattr(buckets, "analyse", boom)
+    s = _run(BUCKETED["linear and gelu"], _seq, (9, 10))
+    assert s["compilations"] == 2 and s["unbucketed_graphs"] == 1, s

@@ -36,6 +36,7 @@ random numbers.  Only inference graphs are bucketed
 """
 from __future__ import annotations
 
+import logging
 import operator
 
 import sympy
@@ -45,6 +46,7 @@ from .. import config
 
 aten = torch.ops.aten
 Tensor = torch.Tensor
+log = logging.getLogger("torchneuron.compile")
 
 
 def minimum() -> int:
@@ -227,19 +229,23 @@ def plan(gm, kind, least=None):
     syms = set(cands)
     reasons = []
     masks = []
-    while syms:
-        try:
-            masks = analyse(gm, syms)
-            break
-        except Rejected as e:
-            reasons.append(str(e))
-            bad = e.syms & syms
-            if not bad:
-                return "; ".join(reasons)
-            syms -= bad
-    if not syms:
-        return "; ".join(reasons)
-    return _make_plan(gm, phs, syms, least, masks)
+    try:
+        while syms:
+            try:
+                masks = analyse(gm, syms)
+                break
+            except Rejected as e:
+                reasons.append(str(e))
+                bad = e.syms & syms
+                if not bad:
+                    return "; ".join(reasons)
+                syms -= bad
+        if not syms:
+            return "; ".join(reasons)
+        return _make_plan(gm, phs, syms, least, masks)
+    except Exception as e:  # noqa: BLE001  (a graph the analysis does not understand)
+        log.debug("bucket analysis failed", exc_info=True)
+        return f"the bucket analysis failed ({type(e).__name__}: {e})"
 
 
 def _make_plan(gm, phs, syms, least, masks):
@@ -265,6 +271,8 @@ def _make_plan(gm, phs, syms, least, masks):
         return f"sizes {sorted(map(str, syms - have))} come from no input dimension"
     out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outputs = []
+    if not isinstance(out_node.args[0], (list, tuple)):
+        return "a graph that returns no tuple"
     for leaf in out_node.args[0]:
         v = leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else None
         if isinstance(v, Tensor) and any(_syms(s) & syms for s in v.shape):
@@ -277,8 +285,9 @@ def _make_plan(gm, phs, syms, least, masks):
 
 def _rewrite(gm, order, masks):
     """A copy of `gm` with the true value of each bucketed symbol as an extra input (a
-    0-d int64 CPU tensor, in `order`) and the padded keys and values of each causal
-    attention zeroed."""
+    0-d int64 CPU tensor, in `order`) and the fixes `analyse` asked for: attention's
+    padded keys masked and zeroed, cat's later pieces written at the true end, the last
+    k positions read there."""
     g = torch.fx.Graph()
     env = {}
     out = g.graph_copy(gm.graph, env)
