@@ -269,6 +269,26 @@ def test_a_hundred_lengths_four_buckets():
     assert s["compilations"] == 4 and s["bucket_calls"] == 100 + 10, s
 
 
+def test_the_bucket_path_never_runs_on_the_host():
+    """Padding, the bucketed graph (its masks, offsets and index reads) and the cut all run
+    on the device: with the CPU fallback forbidden, a growing cache and a last-position
+    read still compute the CPU's values."""
+    import torchneuron
+
+    def f(past, new, q):
+        k = torch.cat([past, new], 2)
+        return F.scaled_dot_product_attention(q, k, k), k[:, :, -1] * 2  # the new token
+
+    cf = _compile(f, dynamic=True)
+    g = torch.Generator().manual_seed(3)
+    with torchneuron.fallback_policy("error"):
+        for n in (9, 10, 13):
+            args = [torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, 1, 16, generator=g),
+                    torch.randn(1, 2, 4, 16, generator=g)]
+            assert_same(cf(*[a.to(DEV) for a in args]), f(*args), atol=1e-5, rtol=1e-5)
+    assert tnc.stats()["bucket_calls"] == 3
+
+
 def test_buckets_off(monkeypatch):
     monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "0")
     s = _run(BUCKETED["linear and gelu"], _seq, range(9, 13))

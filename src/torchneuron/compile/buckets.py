@@ -42,7 +42,7 @@ import operator
 import sympy
 import torch
 
-from .. import config
+from .. import config, interpret
 
 aten = torch.ops.aten
 Tensor = torch.Tensor
@@ -127,8 +127,7 @@ _VIEW_OPS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
              aten.narrow.default, aten.detach.default, aten.diagonal.default,
              aten.as_strided.default}
 _SYM_ARITH = {operator.mul, operator.add, operator.sub, operator.floordiv, operator.neg,
-              torch.sym_max, torch.sym_min, aten.sym_size.int, aten.sym_numel.default,
-              aten.sym_stride.int}
+              torch.sym_max, torch.sym_min} | interpret._SYM_SIZE
 
 
 class Rejected(Exception):
