@@ -304,6 +304,16 @@ def _rewrite(gm, order, masks):
             _, _, d, k, sym, off = fix
             _rewrite_cat(g, n, d, k, trues[sym], off, dev)
             continue
+        if kind == "value":  # the true size, a 0-d tensor, for the size used as a value
+            _, _, k, sym, off = fix
+            with g.inserting_before(n):
+                v = trues[sym] if not off else \
+                    g.call_function(aten.add.Tensor, (trues[sym], off))
+            if isinstance(k, int):
+                n.args = (*n.args[:k], v, *n.args[k + 1:])
+            else:
+                n.kwargs = {**n.kwargs, k: v}
+            continue
         if kind in ("tail", "pick"):
             _, _, d, k, sym, off = fix
             x = n.args[0]
@@ -356,8 +366,10 @@ def _rewrite(gm, order, masks):
                     z = g.call_function(aten.zeros.default, ([size],),
                                         {"dtype": dtype, "device": dev})
                     new = g.call_function(aten.masked_fill.Scalar, (z, pad, float("-inf")))
-                else:
-                    new = g.call_function(aten.masked_fill.Scalar, (old, pad, float("-inf")))
+                else:  # a boolean mask (True: attend) loses the padded keys too
+                    ov = old.meta.get("val") if isinstance(old, torch.fx.Node) else old
+                    fill_v = False if getattr(ov, "dtype", None) == torch.bool else float("-inf")
+                    new = g.call_function(aten.masked_fill.Scalar, (old, pad, fill_v))
                 put(mname, new)
         n.args = tuple(args)
         n.kwargs = kwargs
@@ -482,6 +494,17 @@ def _whole(e, syms):
     return sympy.expand(e - x).free_symbols.isdisjoint(syms)
 
 
+def _tensor_arg(t, k):
+    """Whether argument `k` (a position or a name) of op `t` is typed Tensor (a 0-d tensor
+    may stand for the Python number there, with the same type promotion)."""
+    try:
+        args = t._schema.arguments
+    except AttributeError:
+        return False
+    arg = args[k] if isinstance(k, int) else next((a for a in args if a.name == k), None)
+    return arg is not None and isinstance(k, int) and k > 0 and str(arg.type) == "Tensor"
+
+
 def _named(n):
     """The node's arguments by schema name."""
     t = n.target
@@ -568,17 +591,20 @@ def analyse(gm, syms):
         if isinstance(t, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in t.tags \
                 and not (t in _SDPA and not _named(n).get("dropout_p", 0.0)):
             raise Rejected(f"random numbers: {where(n)}", syms)
-        # a bucketed size used as a value
+        # a bucketed size used as a value: one symbol plus a constant in a Tensor argument
+        # reads the true size (an input of the bucketed graph); anything else is rejected
         size_pos = _SIZE_ARGS.get(t, ())
-        for k, a in enumerate(n.args):
+        for k, a in [*enumerate(n.args), *n.kwargs.items()]:
             if k in size_pos:
                 continue
             for x in (a if isinstance(a, (list, tuple)) else [a]):
                 if isinstance(x, torch.fx.Node) and not isinstance(val(x), Tensor) and bsyms(x):
-                    raise Rejected(f"a bucketed size used as a value: {where(n)}", bsyms(x))
-        for x in n.kwargs.values():
-            if isinstance(x, torch.fx.Node) and not isinstance(val(x), Tensor) and bsyms(x):
-                raise Rejected(f"a bucketed size used as a value: {where(n)}", bsyms(x))
+                    aff = _affine(val(x).node.expr, syms) \
+                        if isinstance(val(x), torch.SymInt) else None
+                    if aff is None or x is not a or not _tensor_arg(t, k):
+                        raise Rejected(f"a bucketed size used as a value: {where(n)}",
+                                       bsyms(x))
+                    masks.append(("value", n, k, *aff))
         ins = [x for x in n.all_input_nodes if isinstance(val(x), Tensor)]
         padded_in = [x for x in ins if bsyms(x)]
         if not padded_in:
@@ -680,7 +706,8 @@ def _rule(n, t, syms, val, bsyms, orders):
                     return ("zero", n, kd, sym, off)
             elif not causal:
                 mv = val(mask) if isinstance(mask, torch.fx.Node) else mask
-                if mv is None or (isinstance(mv, Tensor) and mv.dtype.is_floating_point):
+                if mv is None or (isinstance(mv, Tensor) and (mv.dtype.is_floating_point
+                                                              or mv.dtype == torch.bool)):
                     return ("mask", n, kd, sym, off)
         raise Rejected(f"attention over padded keys the buckets cannot mask: {n.format_node()}",
                        _dim_syms(k, {kd}, syms))

@@ -178,6 +178,107 @@ def _propagate(gm, args):
     return metas
 
 
+def _concrete_metas(gm, args):
+    """Concrete metadata for every node of a symbolic graph at the sizes of `args`: the
+    traced symbolic metadata evaluated with each size symbol bound from the inputs (shapes,
+    strides, offsets and storage sharing as Dynamo traced them); nodes the trace gave no
+    metadata (a bucket rewrite's) run on fake tensors.  Raises when a symbol is not bound
+    by the inputs (an unbacked size) or an input does not match its traced layout."""
+    import sympy
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    bind = {}
+
+    def sym_expr(x):
+        return x.node.expr if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) \
+            else None
+
+    def bind_one(s, c):
+        e = sym_expr(s)
+        if isinstance(e, sympy.Symbol) and bind.setdefault(e, c) != c:
+            raise ValueError(f"symbol {e} bound to {bind[e]} and {c}")
+
+    for n, a in zip(phs, args):
+        v = n.meta.get("val")
+        if isinstance(v, Tensor) and isinstance(a, Tensor):
+            for s, c in zip(v.shape, a.shape):
+                bind_one(s, int(c))
+            for s, c, d in zip(v.stride(), a.stride(), a.shape):
+                if d > 1:
+                    bind_one(s, int(c))
+            bind_one(v.storage_offset(), int(a.storage_offset()))
+        elif sym_expr(v) is not None and isinstance(a, (int, float, bool)):
+            bind_one(v, a)
+
+    def ev(x, kind=int):
+        e = sym_expr(x)
+        if e is None:
+            return x
+        r = e.xreplace(bind) if isinstance(e, sympy.Basic) else e
+        if getattr(r, "free_symbols", None):
+            raise ValueError(f"unbound size symbols {sorted(map(str, r.free_symbols))}")
+        return kind(r)
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    storages = {}  # the traced storage -> its concrete fake storage
+    metas = {}
+
+    def concrete(v):
+        if isinstance(v, (list, tuple)):
+            return type(v)(concrete(x) for x in v)
+        if isinstance(v, torch.SymInt):
+            return ev(v)
+        if isinstance(v, torch.SymFloat):
+            return ev(v, float)
+        if isinstance(v, torch.SymBool):
+            return ev(v, bool)
+        if not isinstance(v, Tensor):
+            return v
+        if v.is_nested or type(v) not in (Tensor, torch.nn.Parameter) and not \
+                isinstance(v, torch._subclasses.fake_tensor.FakeTensor):
+            raise ValueError(f"a {type(v).__name__} value")
+        shape = [ev(s) for s in v.shape]
+        stride = [ev(s) for s in v.stride()]
+        off = ev(v.storage_offset())
+        ref = StorageWeakRef(v.untyped_storage())
+        st = storages.get(ref)
+        if st is None:
+            # (a fake storage's size is not checked against its views' extents)
+            st = torch.empty(0, dtype=torch.uint8, device=v.device).untyped_storage()
+            storages[ref] = st
+        return torch.empty(0, dtype=v.dtype, device=v.device).set_(st, off, shape, stride)
+
+    class _P(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n.op == "call_function" and "val" in n.meta:
+                r = concrete(n.meta["val"])
+            else:
+                r = super().run_node(n)
+            metas[n] = r
+            return r
+
+    with mode:
+        fakes = []
+        for n, a in zip(phs, args):
+            v = n.meta.get("val")
+            if isinstance(a, Tensor):
+                f = mode.from_tensor(a, static_shapes=True)
+                if isinstance(v, Tensor):
+                    want = concrete(v)
+                    if (tuple(want.shape) != tuple(f.shape) or want.storage_offset()
+                            != f.storage_offset() or want.dtype != f.dtype
+                            or any(d > 1 and x != y for d, x, y
+                                   in zip(f.shape, want.stride(), f.stride()))):
+                        raise ValueError(f"input {n.name} is not laid out as traced")
+                    storages[StorageWeakRef(v.untyped_storage())] = f.untyped_storage()
+                fakes.append(f)
+            else:
+                fakes.append(a)
+        _P(gm).run(*fakes)
+    return metas
+
+
 def _out_layout(m):
     """The OutSpec a new output takes (PyTorch's strides when dense)."""
     shape = tuple(int(s) for s in m.shape)
@@ -319,7 +420,11 @@ class CompiledGraph:
     def _metas(self, args):
         if self.static_metas is not None:
             return self.static_metas
-        return _propagate(self.gm, args)
+        try:
+            return _concrete_metas(self.gm, args)
+        except Exception as e:  # noqa: BLE001  (an unbacked size, a jagged tensor)
+            log.debug("torchneuron.compile: %s: metadata by a fake run (%s)", self.name, e)
+            return _propagate(self.gm, args)
 
     def _trace_and_compile(self, args, w, index):
         gm = self.gm
