@@ -26,7 +26,7 @@ if [ "$#" -eq 0 ]; then
   # scripts/test_fused.sh on the pinned torch, keeping CI within its time)
   set -- tests/test_device.py tests/test_views.py tests/test_copy.py tests/test_training.py \
          tests/test_amp.py tests/test_optim.py tests/test_forward_ad.py \
-         tests/test_compile.py tests/test_pinned.py tests/test_module_conversion.py \
+         tests/test_compile.py tests/test_compile_buckets.py tests/test_pinned.py tests/test_module_conversion.py \
          tests/test_graph_breaks.py tests/test_distributed.py tests/test_storage_resize.py
 fi
 python -m pytest -q -n "${TORCHNEURON_TEST_WORKERS:-2}" --dist loadfile -p no:cacheprovider "$@"

@@ -324,3 +324,41 @@ def test_an_analysis_that_fails_compiles_per_shape(monkeypatch):
     monkeypatch.setattr(buckets, "analyse", boom)
     s = _run(BUCKETED["linear and gelu"], _seq, (9, 10))
     assert s["compilations"] == 2 and s["unbucketed_graphs"] == 1, s
+
+
+@pytest.mark.parametrize("buckets_on", ["16", "0"])
+def test_symbolic_metadata_comes_from_the_trace(monkeypatch, buckets_on):
+    """A symbolic graph's concrete metadata (shapes, strides, storage sharing) is the
+    metadata Dynamo traced, evaluated at the call's sizes: no fake re-run of the graph
+    (which disagreed with the trace on torch 2.11).  Outputs sharing storage, views and
+    a transposed output over several sizes, each against the CPU."""
+    from torchneuron.compile import graph
+
+    def no_rerun(gm, args):
+        raise AssertionError("fake re-run of a symbolic graph")
+
+    monkeypatch.setattr(graph, "_propagate", no_rerun)
+    monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", buckets_on)
+    for f, make in (EXACT["an output and a view of it"], (_causal, _heads),
+                    (BUCKETED["a transposed output"], _seq),
+                    (BUCKETED["the last three positions"], _seq)):
+        torch._dynamo.reset()
+        _run(f, make, (9, 11, 13))
+    cf = _compile(EXACT["an output and a view of it"][0], dynamic=True)
+    for n in (9, 11):
+        y, v = cf(*[a.to(DEV) for a in _seq(n)])
+        y[0, 0, 0] = 123.0
+        assert v[0, 0, 0].item() == 123.0
+
+
+def test_an_unbound_size_falls_back_to_a_fake_run(monkeypatch):
+    """A size the inputs do not bind (here: the binding is refused) re-derives the
+    metadata by running the graph on fake tensors; results unchanged."""
+    from torchneuron.compile import graph
+
+    def unbound(gm, args):
+        raise ValueError("unbound size symbols [u0]")
+
+    monkeypatch.setattr(graph, "_concrete_metas", unbound)
+    monkeypatch.setenv("TORCHNEURON_COMPILE_BUCKETS", "0")
+    _run(BUCKETED["the last three positions"], _seq, (9, 11))
