@@ -72,8 +72,28 @@ BUCKETED = {
     "the last position": lambda x, w: x[:, -1] * 2,
     "the last three positions": lambda x, w: (x @ w)[:, -3:] + 1,
     "a window at the start": lambda x, w: x[:, 1:4] * 2,
+    "the first and the third position": lambda x, w: (x[:, 0] * 2, x[:, 2] + 1),
     # (the bucketed graph reads the true size for these, not the bucket's)
     "a size as a value": lambda x, w: x * x.shape[1],
+    # (reductions and matmuls over the sequence: the padding filled with the neutral
+    # element, 0 for a sum or a matmul, -inf for a max or a softmax; a mean divides the
+    # sum by the true count)
+    # (x + 1.5: the padding is not 0 there, so an unmasked sum would count it)
+    "mean over the sequence": lambda x, w: x.mean(1),
+    "every reduction over the sequence": lambda x, w: (lambda y: (
+        y.sum(1), y.amax(1), (-y).amin(-2), (-y).max(1)[0], y.min(1)[1], (-y).argmax(1),
+        (-y).argmin(1), (-y * 3).logsumexp(1), (-y).log_softmax(1), (y > 0).any(1),
+        (y < 1.4).all(1), (y * 0.1 + 1).prod(1), y.mean([0, 1]), y.mean(), y.sum()))(x + 1.5),
+    "a sum over every dimension (dims [])": lambda x, w: (x + 1.5).sum([]) + x,
+    "a softmax over the sequence": lambda x, w: x.softmax(1),
+    "a matmul over the sequence": lambda x, w: (x + 1.5).transpose(1, 2) @ (x + 1.5),
+    "addmm and baddbmm over the sequence": lambda x, w: (lambda y: (
+        torch.addmm(w, y[0].t(), y[1]), torch.baddbmm(y[:, :1, :1], y.transpose(1, 2), y)))(
+        x + 1.5),
+    "a piece after the padded one, then a mean": lambda x, w: torch.cat(
+        [x, x[:, :1] * 2, x[:, :2]], 1).mean(1),
+    "eager attention (softmax over the keys, then a matmul over them)": lambda x, w: (
+        (x @ x.transpose(1, 2) * 0.25).softmax(-1) @ (1.0 / (x + 3))),
     "positions after the sequence (a size minus one as a value)":
         lambda x, w: x * (torch.arange(16, device=x.device) + (x.shape[1] - 1)),
 }
@@ -143,19 +163,13 @@ def test_a_growing_cache():
 
 # graphs where padding would reach a true output: compiled per shape, still right
 EXACT = {
-    "mean over the sequence": (lambda x, w: x.mean(1), _seq),
     "an index computed from the size (with a range check)":
         (lambda x, w: x[:, x.shape[1] - 4 + 1], _seq),
     "a step": (lambda x, w: x[:, ::2] * 2, _seq),
     "a slice of another dimension from a size": (lambda x, w: x[:, :, x.shape[1]:] * 2,
                                                   _seq),
-    "a matmul over the sequence": (lambda x, w: x.transpose(1, 2) @ x, _seq),
-    "a softmax over the sequence": (lambda x, w: x.softmax(1), _seq),
-    "a sum over every dimension": (lambda x, w: x.sum([]) + x, _seq),
     "an output and a view of it":
         (lambda x, w: (lambda y: (y, y.transpose(1, 2)))(x * 2), _seq),
-    "a piece after the padded one, then a mean": (lambda x, w: torch.cat(
-        [x, x[:, :1] * 2, x[:, :2]], 1).mean(1), _seq),
 }
 
 
@@ -220,6 +234,54 @@ def test_hugging_face_gpt2_twenty_lengths_three_compiles():
                          want.past_key_values.layers[layer].keys, atol=1e-5, rtol=1e-5)
     s = tnc.stats()
     assert s["compilations"] == 3 and s["bucket_calls"] == 20, s
+
+
+def _tiny_hf(name):
+    transformers = pytest.importorskip("transformers")
+    if name == "gpt2, eager attention":
+        cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=1000,
+                                      n_positions=64)
+        cls = transformers.GPT2LMHeadModel
+    elif name == "bert (pooler: the first position)":
+        cfg = transformers.BertConfig(num_hidden_layers=2, num_attention_heads=4,
+                                      hidden_size=64, intermediate_size=128, vocab_size=1000,
+                                      max_position_embeddings=64)
+        cls = transformers.BertModel
+    else:
+        cfg = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, hidden_size=64,
+                                       intermediate_size=128, vocab_size=1000,
+                                       max_position_embeddings=64)
+        cls = transformers.LlamaForCausalLM
+    if "eager" in name:
+        cfg._attn_implementation = "eager"
+    return cls, cfg
+
+
+@pytest.mark.parametrize("name", ["gpt2, eager attention", "bert (pooler: the first position)",
+                                  "llama, eager attention"])
+def test_hugging_face_models_in_three_buckets(name):
+    """Eager attention (a softmax over the keys, then a matmul over them: the padded keys
+    filled with -inf, the padded values with 0), BERT's pooler (position 0), Llama's
+    rotary positions and grouped keys: 5 lengths in buckets 16, 32, 64, each output
+    against the CPU."""
+    cls, cfg = _tiny_hf(name)
+    torch.manual_seed(0)
+    m = cls(cfg).eval()
+    mn = cls(cfg).eval()
+    mn.load_state_dict(m.state_dict())
+    cf = _compile(mn.to(DEV), dynamic=True)
+    g = torch.Generator().manual_seed(5)
+    for n in (8, 16, 24, 32, 40):
+        ids = torch.randint(0, 1000, (2, n), generator=g)
+        with torch.no_grad():
+            want = m(ids)
+            got = cf(ids.to(DEV))
+        for k in want.keys():
+            if isinstance(want[k], torch.Tensor):
+                assert_same(got[k], want[k], atol=1e-5, rtol=1e-5, msg=f"{k}, length {n}")
+    s = tnc.stats()
+    assert s["compilations"] == 3 and s["bucket_calls"] == 5, s
 
 
 def test_hugging_face_compiled_generate_with_the_dynamic_cache():

@@ -314,6 +314,42 @@ def _rewrite(gm, order, masks):
             else:
                 n.kwargs = {**n.kwargs, k: v}
             continue
+        if kind == "reduce":  # the padding filled with the reduction's neutral element
+            _, _, pads, neutral, mean = fix
+            x = n.args[0]
+            ndim = node.args[0].meta["val"].dim()
+            with g.inserting_before(n):
+                for d, sym, off in pads:
+                    x = _mask_along(g, x, ndim, d, _true_of(g, trues, sym, off), dev, neutral)
+            n.args = (x, *n.args[1:])
+            if mean is not None:  # the masked sum over the true count
+                named = _named(n)
+                true_d = {d: (sym, off) for d, sym, off in pads}
+                with g.inserting_before(n.next):
+                    total = g.call_function(
+                        aten.sum.dim_IntList, (x, mean, bool(named.get("keepdim", False))),
+                        {"dtype": named.get("dtype")})
+                    count = None
+                    for d in mean:
+                        c = _true_of(g, trues, *true_d[d]) if d in true_d else \
+                            g.call_function(aten.sym_size.int, (x, d))
+                        count = c if count is None else \
+                            g.call_function(aten.mul.Tensor, (count, c))
+                    r = g.call_function(aten.div.Tensor, (total, count))
+                n.replace_all_uses_with(r)
+                g.erase_node(n)
+            continue
+        if kind == "contract":  # both operands zeroed along the contraction
+            _, _, (a, da), (b, db), sym, off = fix
+            ia, ib = (1, 2) if node.target in (aten.addmm.default, aten.baddbmm.default) \
+                else (0, 1)
+            args = list(n.args)
+            with g.inserting_before(n):
+                true = _true_of(g, trues, sym, off)
+                args[ia] = _mask_along(g, args[ia], a.meta["val"].dim(), da, true, dev, 0)
+                args[ib] = _mask_along(g, args[ib], b.meta["val"].dim(), db, true, dev, 0)
+            n.args = tuple(args)
+            continue
         if kind in ("tail", "pick"):
             _, _, d, k, sym, off = fix
             x = n.args[0]
@@ -658,8 +694,11 @@ def _rule(n, t, syms, val, bsyms, orders):
         if t in _PREFIX:
             return
         if dims & pad:
-            raise Rejected(f"a reduction over a padded dimension: {n.format_node()}",
-                           _dim_syms(v, dims & pad, syms))
+            fix = _masked_reduction(n, t, v, dims, dims & pad, syms)
+            if fix is None:
+                raise Rejected(f"a reduction over a padded dimension: {n.format_node()}",
+                               _dim_syms(v, dims & pad, syms))
+            return fix
         return
     if t in (aten.native_layer_norm.default, aten.layer_norm.default):
         v = x0
@@ -679,8 +718,13 @@ def _rule(n, t, syms, val, bsyms, orders):
         a, b = (args[1], args[2]) if t in (aten.addmm.default, aten.baddbmm.default) else args[:2]
         va, vb = val(a), val(b)
         if va.dim() - 1 in _padded(va, syms) or vb.dim() - 2 in _padded(vb, syms):
-            raise Rejected(f"a matmul contracts a padded dimension: {n.format_node()}",
-                           _dim_syms(va, {va.dim() - 1}, syms) | _dim_syms(vb, {vb.dim() - 2}, syms))
+            aff = _affine(_expr(va.shape[-1]), syms)
+            if aff is None or _affine(_expr(vb.shape[-2]), syms) != aff:
+                raise Rejected(f"a matmul contracts a padded dimension: {n.format_node()}",
+                               _dim_syms(va, {va.dim() - 1}, syms)
+                               | _dim_syms(vb, {vb.dim() - 2}, syms))
+            # both operands zeroed along it: the padded terms add exact zeros
+            return ("contract", n, (a, va.dim() - 1), (b, vb.dim() - 2), *aff)
         return
     if t in _SDPA:
         kw = _named(n)
@@ -769,6 +813,8 @@ def _rule(n, t, syms, val, bsyms, orders):
                 raise Rejected(f"an index from a bucketed size: {n.format_node()}",
                                bsyms(args[2]))
             return
+        if isinstance(args[2], int) and args[2] >= 0:
+            return  # a fixed position the guards put inside the true extent (x[:, 0])
         k = _from_end(args[2], _expr(v.shape[d]), val)
         aff = _affine(_expr(v.shape[d]), syms)
         if k is not None and aff is not None:
@@ -792,6 +838,55 @@ def _rule(n, t, syms, val, bsyms, orders):
                            _dim_syms(v, {d}, syms))
         return
     raise Rejected(f"no bucket rule for {n.format_node()}", _in_syms(n, bsyms))
+
+
+# reductions made exact over a padded dimension by filling the padding with their
+# neutral element first ("-inf"/"inf": floating inputs only; mean: a sum over the true count)
+_NEUTRAL = {
+    aten.sum.dim_IntList: 0, aten.sum.default: 0, aten.mean.dim: 0, aten.mean.default: 0,
+    aten.amax.default: "-inf", aten.amin.default: "inf", aten.max.dim: "-inf",
+    aten.min.dim: "inf", aten.argmax.default: "-inf", aten.argmin.default: "inf",
+    aten.logsumexp.default: "-inf", aten._softmax.default: "-inf",
+    aten._log_softmax.default: "-inf", aten.softmax.int: "-inf",
+    aten.log_softmax.int: "-inf", aten.any.dim: False, aten.all.dim: True,
+    aten.prod.dim_int: 1,
+}
+
+
+def _masked_reduction(n, t, v, dims, padded, syms):
+    """The fix for reduction `n` over padded dimensions of `v`, or None."""
+    neutral = _NEUTRAL.get(t)
+    if neutral is None:
+        return None
+    if isinstance(neutral, str):
+        if not v.dtype.is_floating_point:
+            return None
+        neutral = float(neutral)
+    elif isinstance(neutral, bool) != (v.dtype == torch.bool):
+        return None
+    pads = []
+    for d in sorted(padded):
+        aff = _affine(_expr(v.shape[d]), syms)
+        if aff is None:
+            return None
+        pads.append((d, *aff))
+    mean = sorted(dims) if t in (aten.mean.dim, aten.mean.default) else None
+    return ("reduce", n, pads, neutral, mean)
+
+
+def _mask_along(g, x, ndim, d, true, dev, fill_v):
+    """Graph nodes: `x` with `fill_v` at positions >= `true` along dimension `d`."""
+    size = g.call_function(aten.sym_size.int, (x, d))
+    ar = g.call_function(aten.arange.default, (size,), {"dtype": torch.int64, "device": dev})
+    pad = g.call_function(aten.ge.Tensor, (ar, true))
+    shape = [1] * ndim
+    shape[d] = size
+    pad = g.call_function(aten.view.default, (pad, shape))
+    return g.call_function(aten.masked_fill.Scalar, (x, pad, fill_v))
+
+
+def _true_of(g, trues, sym, off):
+    return trues[sym] if not off else g.call_function(aten.add.Tensor, (trues[sym], off))
 
 
 def _in_syms(n, bsyms):
