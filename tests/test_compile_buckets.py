@@ -168,6 +168,8 @@ EXACT = {
     "a step": (lambda x, w: x[:, ::2] * 2, _seq),
     "a slice of another dimension from a size": (lambda x, w: x[:, :, x.shape[1]:] * 2,
                                                   _seq),
+    "an argmax over every dimension (an index into the padded tensor)":
+        (lambda x, w: (x + 1.5).argmax(), _seq),
     "an output and a view of it":
         (lambda x, w: (lambda y: (y, y.transpose(1, 2)))(x * 2), _seq),
 }

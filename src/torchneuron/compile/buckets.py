@@ -858,6 +858,8 @@ def _masked_reduction(n, t, v, dims, padded, syms):
     neutral = _NEUTRAL.get(t)
     if neutral is None:
         return None
+    if t in (aten.argmax.default, aten.argmin.default) and len(dims) > 1 and v.dim() > 1:
+        return None  # an index into the flattened tensor: the padding shifts it
     if isinstance(neutral, str):
         if not v.dtype.is_floating_point:
             return None
