@@ -307,12 +307,8 @@ def _rewrite(gm, order, masks):
         if kind == "value":  # the true size, a 0-d tensor, for the size used as a value
             _, _, k, sym, off = fix
             with g.inserting_before(n):
-                v = trues[sym] if not off else \
-                    g.call_function(aten.add.Tensor, (trues[sym], off))
-            if isinstance(k, int):
-                n.args = (*n.args[:k], v, *n.args[k + 1:])
-            else:
-                n.kwargs = {**n.kwargs, k: v}
+                v = _true_of(g, trues, sym, off)
+            n.args = (*n.args[:k], v, *n.args[k + 1:])
             continue
         if kind == "reduce":  # the padding filled with the reduction's neutral element
             _, _, pads, neutral, mean = fix
@@ -354,8 +350,7 @@ def _rewrite(gm, order, masks):
             _, _, d, k, sym, off = fix
             x = n.args[0]
             with g.inserting_before(n):
-                first = trues[sym] if off - k == 0 else \
-                    g.call_function(aten.add.Tensor, (trues[sym], off - k))
+                first = _true_of(g, trues, sym, off - k)
                 ar = g.call_function(aten.arange.default, (k if kind == "tail" else 1,),
                                      {"dtype": torch.int64, "device": dev})
                 idx = g.call_function(aten.add.Tensor, (ar, first))
@@ -382,14 +377,7 @@ def _rewrite(gm, order, masks):
                 kwargs[name] = v
 
         with g.inserting_before(n):
-            key = get("key")
-            size = g.call_function(aten.sym_size.int, (key, kd))
-            ar = g.call_function(aten.arange.default, (size,),
-                                 {"dtype": torch.int64, "device": dev})
-            lim = trues[sym]
-            if off:
-                lim = g.call_function(aten.add.Tensor, (lim, off))
-            pad = g.call_function(aten.ge.Tensor, (ar, lim))  # (keys,): True on padding
+            size, pad = _padding(g, get("key"), kd, _true_of(g, trues, sym, off), dev)
             col = g.call_function(aten.view.default, (pad, [size, 1]))
             for name in ("key", "value"):  # zeroed: no infinity there meets a zero weight
                 put(name, g.call_function(aten.masked_fill.Scalar, (get(name), col, 0)))
@@ -531,14 +519,14 @@ def _whole(e, syms):
 
 
 def _tensor_arg(t, k):
-    """Whether argument `k` (a position or a name) of op `t` is typed Tensor (a 0-d tensor
-    may stand for the Python number there, with the same type promotion)."""
+    """Whether positional argument `k` (not the first) of op `t` is typed Tensor (a 0-d
+    tensor may stand for the Python number there, with the same type promotion).  A
+    keyword argument is never taken: a size passed by keyword stays per shape."""
     try:
         args = t._schema.arguments
     except AttributeError:
         return False
-    arg = args[k] if isinstance(k, int) else next((a for a in args if a.name == k), None)
-    return arg is not None and isinstance(k, int) and k > 0 and str(arg.type) == "Tensor"
+    return isinstance(k, int) and 0 < k < len(args) and str(args[k].type) == "Tensor"
 
 
 def _named(n):
@@ -876,11 +864,17 @@ def _masked_reduction(n, t, v, dims, padded, syms):
     return ("reduce", n, pads, neutral, mean)
 
 
-def _mask_along(g, x, ndim, d, true, dev, fill_v):
-    """Graph nodes: `x` with `fill_v` at positions >= `true` along dimension `d`."""
+def _padding(g, x, d, true, dev):
+    """Graph nodes: the size of `x` along `d`, and a (size,) boolean, True on the padding
+    (positions >= `true`)."""
     size = g.call_function(aten.sym_size.int, (x, d))
     ar = g.call_function(aten.arange.default, (size,), {"dtype": torch.int64, "device": dev})
-    pad = g.call_function(aten.ge.Tensor, (ar, true))
+    return size, g.call_function(aten.ge.Tensor, (ar, true))
+
+
+def _mask_along(g, x, ndim, d, true, dev, fill_v):
+    """Graph nodes: `x` with `fill_v` at positions >= `true` along dimension `d`."""
+    size, pad = _padding(g, x, d, true, dev)
     shape = [1] * ndim
     shape[d] = size
     pad = g.call_function(aten.view.default, (pad, shape))
