@@ -14,6 +14,9 @@ n_embd=64, vocab 1000):
   gen_static_N    the same with cache_implementation="static".
   gen_padded_N    the static cache with every prompt left-padded to a multiple of 16
                   (and its attention mask): the recipe of docs/huggingface.md.
+  gen_compiled_N  the dynamic cache with the model's forward compiled
+                  (torch.compile(model.forward, backend="neuron"): shape buckets),
+                  against the CPU's eager generate(), which needs no compile.
   train           AdamW training: 20 steps at one sequence length, then 20 steps over 20
                   sequence lengths (its compile time against the one length's).
   eval            evaluation batches of 16 with a short last batch (5).
@@ -124,6 +127,8 @@ def child(device, scenario):
         _, cache, n = scenario.split("_")
         n = int(n)
         m = _gpt2(torch).eval().to(device)
+        if cache == "compiled" and device != "cpu":
+            m.forward = torch.compile(m.forward, backend="neuron")
         kw = {"cache_implementation": "static"} if cache in ("static", "padded") else {}
         g = torch.Generator().manual_seed(1)
 
@@ -146,6 +151,10 @@ def child(device, scenario):
             timed("_p", lambda: gen(L))
             lens.append(out.pop("_p"))
         out["new_prompt_lengths"] = lens
+        if cache == "compiled" and device != "cpu":
+            from torchneuron import compile as tnc
+
+            out["neuron_compile_stats"] = tnc.stats()
     elif scenario in ("train", "train1"):
         m = _gpt2(torch, 64).to(device)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
@@ -298,7 +307,8 @@ def main(argv=None):
     if a.child:
         return child(*a.child)
     scenarios = ["gen_dynamic_16", "gen_dynamic_64", "gen_static_16", "gen_static_64",
-                 "gen_padded_64", "train", "eval", "compile_dynamic", "compile_mark"]
+                 "gen_padded_64", "gen_compiled_64", "train", "eval", "compile_dynamic",
+                 "compile_mark"]
     if a.full:
         scenarios[2:2] = ["gen_dynamic_256"]
     if a.quick:

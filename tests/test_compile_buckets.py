@@ -311,6 +311,91 @@ def test_hugging_face_compiled_generate_with_the_dynamic_cache():
     assert s["compilations"] <= 8, s
 
 
+def _grow(past, x):
+    kv = torch.cat([past, x], dim=2)
+    return kv, kv.softmax(-1) * 3
+
+
+def test_a_growing_cache_pads_and_cuts_once_per_bucket():
+    """Outputs fed back as inputs, a key/value cache growing by one a step for 150 steps
+    (lengths 6-155, five buckets): a cut output keeps its bucket-sized cell, so the next
+    step's pad and the cuts are one small executable per bucket, not one per length;
+    every step's outputs equal the CPU's, with PyTorch's strides and storage size."""
+    from torchneuron.dispatch import entry
+
+    cf = _compile(_grow, dynamic=True)
+    g = torch.Generator().manual_seed(3)
+    past = torch.randn(1, 4, 5, 16, generator=g)
+    dpast = past.to(DEV)
+    entry.cache_misses.clear()
+    moves = len(buckets._moves)
+    steps = []
+    for _ in range(150):
+        x = torch.randn(1, 4, 1, 16, generator=g)
+        want = _grow(past, x)
+        got = cf(dpast, x.to(DEV))
+        steps.append((got, want))
+        past, dpast = want[0], got[0]
+    # counted before any value is read (a host read compiles a read function per shape)
+    pads = entry.cache_misses["aten::constant_pad_nd"] + entry.cache_misses["aten::clone"]
+    made = len(buckets._moves) - moves
+    s = tnc.stats()
+    for got, want in steps:
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and a.stride() == b.stride(), (a.shape, a.stride())
+            assert a.untyped_storage().nbytes() == b.untyped_storage().nbytes()
+            assert_same(a, b, atol=1e-6, rtol=1e-6, msg=f"length {b.shape[2]}")
+    # the exact first calls, then buckets 16, 32, 64, 128, 256
+    assert s["bucket_calls"] >= 145 and s["compilations"] <= 9, s
+    # pads per shape only where a bucket's first past is an exact cell: the first
+    # bucketed call, and the full output of each bucket (no room left to cut), so one
+    # per bucket, not one per length
+    assert pads <= 6, entry.cache_misses
+    # per bucket: a cut of each output shape and the past's pad from the last bucket
+    assert made <= 3 * 5, made
+
+
+def test_a_bucket_sized_cell_behaves_as_its_tensor():
+    """A cut output (its cell keeps the bucket's room) in eager ops, views, in-place
+    writes, host reads, another compiled function and as an input again: everything
+    as on the CPU."""
+    cf = _compile(_grow, dynamic=True)
+    past = torch.randn(1, 4, 5, 16, generator=torch.Generator().manual_seed(4))
+    dpast = past.to(DEV)
+    for n in range(8):  # lengths 6-13: the bucket of 16
+        x = torch.randn(1, 4, 1, 16, generator=torch.Generator().manual_seed(n))
+        past, dpast = _grow(past, x)[0], cf(dpast, x.to(DEV))[0]
+    from torchneuron import storage
+    cell = storage.cell_of(dpast)
+    assert cell.numel > dpast.numel(), "the cut did not keep the bucket's cell"
+    assert dpast.untyped_storage().nbytes() == past.untyped_storage().nbytes()
+    assert_same(dpast, past)
+    assert_same(dpast.view(-1)[7:40], past.view(-1)[7:40])
+    assert_same(dpast[:, 1:3, 2:9].sum(-1), past[:, 1:3, 2:9].sum(-1))
+    assert_same(torch.cat([dpast, dpast * 2], 2), torch.cat([past, past * 2], 2))
+    assert_same(dpast.transpose(2, 3).contiguous(), past.transpose(2, 3).contiguous())
+    assert_same(dpast.to(torch.float16), past.to(torch.float16))
+    assert torch.equal(torch.from_numpy(dpast.cpu().numpy()), past)
+    stat = _compile(lambda a: (a @ a.transpose(-1, -2)).relu())
+    assert_same(stat(dpast), (past @ past.transpose(-1, -2)).relu(), atol=1e-5, rtol=1e-5)
+    c = dpast.clone()
+    dpast.mul_(2)
+    past.mul_(2)
+    assert_same(dpast, past)
+    assert_same(c, past / 2)
+    dpast[:, :, -1] = 7.0
+    past[:, :, -1] = 7.0
+    assert_same(dpast, past)
+    x = torch.randn(1, 4, 1, 16, generator=torch.Generator().manual_seed(99))
+    for a, b in zip(cf(dpast, x.to(DEV)), _grow(past, x)):  # back in, after the writes
+        assert_same(a, b, atol=1e-6, rtol=1e-6)
+    # the device's memory statistics count the bucket's room, not the storage's size
+    room = storage.cell_of(dpast).numel * dpast.element_size()
+    held = torch.neuron.memory_allocated()
+    del dpast, cell
+    assert held - torch.neuron.memory_allocated() == room > past.nbytes
+
+
 def test_mark_dynamic_is_bucketed():
     def f(x, w):
         return F.gelu(x @ w)

@@ -39,10 +39,14 @@ from __future__ import annotations
 import logging
 import operator
 
+import math
+
+import jax.numpy as jnp
+import numpy as np
 import sympy
 import torch
 
-from .. import config, interpret
+from .. import config, interpret, runtime, storage
 
 aten = torch.ops.aten
 Tensor = torch.Tensor
@@ -177,7 +181,12 @@ class Plan:
                     pads += [0, want - have]
                 while pads and pads[-1] == 0:
                     pads = pads[:-2]
-                if pads:
+                # from a bucket-sized cell (an earlier cut), even when no dimension
+                # grows: the graph's executable is keyed on its inputs' cell lengths
+                x = _expand(a, [int(e.xreplace(bucket)) for e in spec])
+                if x is not None:
+                    padded[i] = x
+                elif pads:  # one executable per true shape
                     padded[i] = torch.constant_pad_nd(a, pads, 0)
             else:
                 padded[i] = int(spec.xreplace(bucket))
@@ -195,16 +204,110 @@ class Plan:
             t = res[k]
             if list(t.shape) == shape:
                 continue
+            strides = [int(e.xreplace(vals)) for e in stride_e]
+            if all(n <= 1 or a == b for n, a, b
+                   in zip(shape, storage.contiguous_strides(shape), strides)):
+                out = _compact(t, shape)
+                if out is not None:
+                    res[k] = out
+                    continue
             for d, n in enumerate(shape):
                 if n != t.shape[d]:
                     t = t.narrow(d, 0, n)
-            strides = [int(e.xreplace(vals)) for e in stride_e]
             out = t.clone(memory_format=torch.contiguous_format)  # one executable
             if any(n > 1 and a != b for n, a, b in zip(shape, out.stride(), strides)):
                 out = torch.empty_strided(shape, strides, dtype=t.dtype,
                                           device=t.device).copy_(t)
             res[k] = out
         return type(outs)(res) if isinstance(outs, tuple) else res
+
+
+# Bucket-sized cells.  A bucketed output cut back to its true extent is a contiguous
+# tensor whose cell keeps the bucket's length: its flat array holds the true elements
+# first, in order, then unused room (the storage's size is the true one).  The cut and
+# the pad of such a tensor when it comes back as an input (a growing key/value cache)
+# are then one executable per bucket, the true sizes runtime values, instead of one per
+# true shape.
+_moves = runtime.JitCache("bucket cut and pad", runtime.SMALL_FNS_MAX)
+
+
+def _prefix_cell(t):
+    """t's cell when t is contiguous from its cell's start (its elements are the first
+    t.numel() of the flat array, in order), else None."""
+    if t.device.type != "neuron" or t.storage_offset() or not t.is_contiguous() \
+            or t.is_conj() or t.is_neg():
+        return None
+    cell = storage.cell_of(t)
+    return cell if cell.dt == runtime.jdtype(t.dtype) else None
+
+
+def _index_dtype(n):
+    return jnp.int32 if n < 2 ** 31 else jnp.int64
+
+
+def _compact(t, shape):
+    """`t` (a padded output) cut to `shape`, in a cell of t's length, or None."""
+    cell = _prefix_cell(t)
+    if cell is None or cell.numel != t.numel() or not t.numel():
+        return None
+    padded = tuple(t.shape)
+    key = ("cut", cell.numel, cell.dt, padded)
+    f = _moves.get(key)
+    if f is None:
+        it = _index_dtype(cell.numel)
+        pstr = storage.contiguous_strides(padded)
+
+        def cut(a, true):  # position p of the true layout reads padded[coords(p)]
+            p = jnp.arange(a.shape[0], dtype=it)
+            rem, src = p, jnp.zeros_like(p)
+            for d in reversed(range(len(padded))):
+                n = jnp.maximum(true[d], 1)
+                src = src + (rem % n) * pstr[d]
+                rem = rem // n
+            inside = p < jnp.prod(true)
+            return jnp.where(inside, a[jnp.where(inside, src, 0)], jnp.zeros((), a.dtype))
+
+        f = _moves.put(key, runtime.jit(cut))
+    true = np.asarray(shape, dtype=_index_dtype(cell.numel))
+    index = t.device.index or 0
+    room = cell.numel * t.element_size()
+    storage.check_room(index, room)
+    return storage.make_tensor(f(cell.arr, true), t.dtype, tuple(shape),
+                               storage.contiguous_strides(shape), 0, index,
+                               math.prod(shape) * t.element_size(), room)
+
+
+def _expand(a, padded):
+    """`a` zero-padded to `padded` from a bucket-sized cell (one executable per cell
+    length and bucket), or None when `a` is its cell's exact size or not contiguous."""
+    cell = _prefix_cell(a)
+    if cell is None or cell.numel == a.numel():
+        return None
+    padded = tuple(padded)
+    key = ("pad", cell.numel, cell.dt, padded)
+    f = _moves.get(key)
+    if f is None:
+        total = math.prod(padded)
+        it = _index_dtype(max(total, cell.numel))
+        pstr = storage.contiguous_strides(padded)
+
+        def pad(x, true):  # padded position q reads x at its place in the true layout
+            q = jnp.arange(total, dtype=it)
+            src, inside, step = jnp.zeros_like(q), jnp.ones(q.shape, bool), 1
+            for d in reversed(range(len(padded))):
+                c = (q // pstr[d]) % padded[d]
+                inside = inside & (c < true[d])
+                src = src + c * step
+                step = step * true[d]
+            return jnp.where(inside, x[jnp.where(inside, src, 0)], jnp.zeros((), x.dtype))
+
+        f = _moves.put(key, runtime.jit(pad))
+    true = np.asarray(a.shape, dtype=_index_dtype(max(math.prod(padded), cell.numel)))
+    index = a.device.index or 0
+    nbytes = math.prod(padded) * a.element_size()
+    storage.check_room(index, nbytes)
+    return storage.make_tensor(f(cell.arr, true), a.dtype, padded,
+                               storage.contiguous_strides(padded), 0, index, nbytes)
 
 
 def plan(gm, kind, least=None):

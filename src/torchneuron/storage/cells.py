@@ -337,9 +337,13 @@ def check_room(index: int, nbytes: int) -> None:
 class Cell:
     """The device buffer behind one storage: a flat jax array."""
 
-    __slots__ = ("arr", "nbytes", "index", "dt", "numel", "raw", "addr", "__weakref__")
+    __slots__ = ("arr", "nbytes", "index", "dt", "numel", "raw", "addr", "held",
+                 "__weakref__")
 
-    def __init__(self, arr, nbytes: int, index: int):
+    def __init__(self, arr, nbytes: int, index: int, room: int = 0):
+        """`nbytes`: the storage's size; `room`: the bytes the flat array holds when it
+        is longer (a shape bucket's cell: compile/buckets.py), which is what the
+        device's memory statistics count."""
         self.arr = arr
         if type(arr) is Pending:  # a result of fused eager's pending program
             self.__class__ = PendingCell
@@ -349,8 +353,9 @@ class Cell:
         self.numel = arr.shape[0]
         self.raw = False
         self.addr = None
+        self.held = max(nbytes, room)
         s = stats(index)
-        s.allocated += nbytes
+        s.allocated += self.held
         s.count += 1
         s.total_allocs += 1
         if s.allocated > s.peak:
@@ -363,7 +368,7 @@ class Cell:
             s = _stats[self.index]
         except (KeyError, TypeError):  # interpreter shutdown
             return
-        s.allocated -= self.nbytes
+        s.allocated -= self.held
         s.count -= 1
         s.total_frees += 1
         if self.addr is not None:
@@ -503,10 +508,12 @@ def retype(cell: "Cell", dtype: torch.dtype) -> None:
 _retype_fns = runtime.JitCache("storage retype", runtime.SMALL_FNS_MAX)
 
 
-def make_tensor(arr, dtype: torch.dtype, shape, strides, offset: int, index: int, nbytes: int):
-    """A neuron tensor over a new storage whose cell holds the flat array `arr`."""
+def make_tensor(arr, dtype: torch.dtype, shape, strides, offset: int, index: int, nbytes: int,
+                room: int = 0):
+    """A neuron tensor over a new storage whose cell holds the flat array `arr` (`room`:
+    its bytes, when it is longer than the storage's `nbytes`)."""
     addr = _alloc_addr(nbytes)
-    cell = Cell(arr, nbytes, index)
+    cell = Cell(arr, nbytes, index, room)
     cell.addr = addr
     _by_addr[addr] = weakref.ref(cell)
     if index == 0 and not offset and nbytes and type(shape) is tuple \
