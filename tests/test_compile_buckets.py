@@ -2,6 +2,8 @@
 symbolic sizes runs them padded to a size class, one executable per class, where the
 graph keeps the true outputs exact -- and per shape where it does not.  Every result is
 compared with PyTorch's CPU result."""
+import io
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -376,6 +378,15 @@ def test_a_bucket_sized_cell_behaves_as_its_tensor():
     assert_same(dpast.transpose(2, 3).contiguous(), past.transpose(2, 3).contiguous())
     assert_same(dpast.to(torch.float16), past.to(torch.float16))
     assert torch.equal(torch.from_numpy(dpast.cpu().numpy()), past)
+    buf = io.BytesIO()
+    torch.save({"t": dpast, "v": dpast[:, :, 2:5]}, buf)
+    buf.seek(0)
+    back = torch.load(buf)
+    assert back["t"].device == dpast.device
+    assert torch.equal(back["t"].cpu(), past) and torch.equal(back["v"].cpu(), past[:, :, 2:5])
+    host = dpast.untyped_storage().cpu()
+    assert host.nbytes() == past.untyped_storage().nbytes()
+    assert torch.equal(torch.tensor([]).set_(host).view(past.shape), past)
     stat = _compile(lambda a: (a @ a.transpose(-1, -2)).relu())
     assert_same(stat(dpast), (past @ past.transpose(-1, -2)).relu(), atol=1e-5, rtol=1e-5)
     c = dpast.clone()
