@@ -37,9 +37,8 @@ random numbers.  Only inference graphs are bucketed
 from __future__ import annotations
 
 import logging
-import operator
-
 import math
+import operator
 
 import jax.numpy as jnp
 import numpy as np
