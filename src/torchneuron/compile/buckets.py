@@ -230,23 +230,13 @@ class Plan:
 _moves = runtime.JitCache("bucket cut and pad", runtime.SMALL_FNS_MAX)
 
 
-def _prefix_cell(t):
-    """t's cell when t is contiguous from its cell's start (its elements are the first
-    t.numel() of the flat array, in order), else None."""
-    if t.device.type != "neuron" or t.storage_offset() or not t.is_contiguous() \
-            or t.is_conj() or t.is_neg():
-        return None
-    cell = storage.cell_of(t)
-    return cell if cell.dt == runtime.jdtype(t.dtype) else None
-
-
 def _index_dtype(n):
     return jnp.int32 if n < 2 ** 31 else jnp.int64
 
 
 def _compact(t, shape):
     """`t` (a padded output) cut to `shape`, in a cell of t's length, or None."""
-    cell = _prefix_cell(t)
+    cell = storage.whole_cell(t, prefix=True)
     if cell is None or cell.numel != t.numel() or not t.numel():
         return None
     padded = tuple(t.shape)
@@ -279,7 +269,7 @@ def _compact(t, shape):
 def _expand(a, padded):
     """`a` zero-padded to `padded` from a bucket-sized cell (one executable per cell
     length and bucket), or None when `a` is its cell's exact size or not contiguous."""
-    cell = _prefix_cell(a)
+    cell = storage.whole_cell(a, prefix=True)
     if cell is None or cell.numel == a.numel():
         return None
     padded = tuple(padded)

@@ -183,16 +183,18 @@ _ALIAS_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, to
                  torch.complex64, torch.complex128}
 
 
-def whole_cell(t: torch.Tensor, host_memory: bool = False):
+def whole_cell(t: torch.Tensor, host_memory: bool = False, prefix: bool = False):
     """t's cell when t is exactly its cell's flat array (contiguous, offset 0, the cell's
     dtype and length, no lazy conj/neg), else None; with `host_memory`, only on XLA:CPU,
-    where device memory is host memory."""
+    where device memory is host memory; with `prefix`, also when t is the start of a
+    longer array (a shape bucket's cell: t's elements are its first t.numel())."""
     if (not isinstance(t, torch.Tensor) or t.device.type != "neuron" or t.storage_offset()
             or not t.is_contiguous() or t.is_conj() or t.is_neg()
             or (host_memory and (t.dtype not in _ALIAS_DTYPES or runtime.platform() != "cpu"))):
         return None
     cell = cell_of(t)
-    if cell.numel != t.numel() or cell.dt != runtime.jdtype(t.dtype):
+    if (cell.numel < t.numel() if prefix else cell.numel != t.numel()) \
+            or cell.dt != runtime.jdtype(t.dtype):
         return None
     return cell
 
