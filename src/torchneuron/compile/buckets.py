@@ -46,6 +46,7 @@ import sympy
 import torch
 
 from .. import config, interpret, runtime, storage
+from ..storage import index_dtype, size_class
 
 aten = torch.ops.aten
 Tensor = torch.Tensor
@@ -58,18 +59,6 @@ def minimum() -> int:
         raise ValueError(f"TORCHNEURON_COMPILE_BUCKETS must be 0 (no buckets) or the smallest "
                          f"bucket size, a positive integer; got {v}")
     return v
-
-
-def size_class(v: int, least: int) -> int:
-    """The bucket of size `v`: `least` doubled until it holds `v` (powers of two for the
-    default 16); sizes under half of `least` stay exact (a batch of 2 is not padded to
-    16)."""
-    if v * 2 < least:
-        return v
-    c = least
-    while c < v:
-        c *= 2
-    return c
 
 
 def _expr(x):
@@ -230,10 +219,6 @@ class Plan:
 _moves = runtime.JitCache("bucket cut and pad", runtime.SMALL_FNS_MAX)
 
 
-def _index_dtype(n):
-    return jnp.int32 if n < 2 ** 31 else jnp.int64
-
-
 def _compact(t, shape):
     """`t` (a padded output) cut to `shape`, in a cell of t's length, or None."""
     cell = storage.whole_cell(t, prefix=True)
@@ -243,7 +228,7 @@ def _compact(t, shape):
     key = ("cut", cell.numel, cell.dt, padded)
     f = _moves.get(key)
     if f is None:
-        it = _index_dtype(cell.numel)
+        it = index_dtype(cell.numel)
         pstr = storage.contiguous_strides(padded)
 
         def cut(a, true):  # position p of the true layout reads padded[coords(p)]
@@ -257,7 +242,7 @@ def _compact(t, shape):
             return jnp.where(inside, a[jnp.where(inside, src, 0)], jnp.zeros((), a.dtype))
 
         f = _moves.put(key, runtime.jit(cut))
-    true = np.asarray(shape, dtype=_index_dtype(cell.numel))
+    true = np.asarray(shape, dtype=index_dtype(cell.numel))
     index = t.device.index or 0
     room = cell.numel * t.element_size()
     storage.check_room(index, room)
@@ -277,7 +262,7 @@ def _expand(a, padded):
     f = _moves.get(key)
     if f is None:
         total = math.prod(padded)
-        it = _index_dtype(max(total, cell.numel))
+        it = index_dtype(max(total, cell.numel))
         pstr = storage.contiguous_strides(padded)
 
         def pad(x, true):  # padded position q reads x at its place in the true layout
@@ -291,7 +276,7 @@ def _expand(a, padded):
             return jnp.where(inside, x[jnp.where(inside, src, 0)], jnp.zeros((), x.dtype))
 
         f = _moves.put(key, runtime.jit(pad))
-    true = np.asarray(a.shape, dtype=_index_dtype(max(math.prod(padded), cell.numel)))
+    true = np.asarray(a.shape, dtype=index_dtype(max(math.prod(padded), cell.numel)))
     index = a.device.index or 0
     nbytes = math.prod(padded) * a.element_size()
     storage.check_room(index, nbytes)

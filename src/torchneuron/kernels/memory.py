@@ -150,7 +150,7 @@ def assign(dst: torch.Tensor, values) -> None:
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location. Please clone() the tensor before performing the operation.")
     arr = cell.arr
-    dtype, shape, strides, off = storage.view_spec(dst)
+    dtype, shape, strides, off = storage.canonical_spec(dst)
     flags = storage.view_flags(dst)
     key = ("assign", dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], values.shape,
            values.dtype, flags)

@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 from .cells import (CPU_KEYS, Cell, cell_at, cell_of, check_room, contiguous_strides,  # noqa: F401
-                    empty, empty_shell, fmt_bytes, from_array, live_cells, make_tensor,
+                    empty, empty_shell, fmt_bytes, from_array, index_dtype, live_cells,
+                    make_tensor, size_class,
                     new_shell, new_storage, parse_bytes, raw_storage, retype, set_metadata,
                     resize_storage, stats, storage_numel, torch_device, zeros_flat,
                     Pending, PendingCell, put, raw_arr, translate_runtime_error)
@@ -22,5 +23,5 @@ from .transfer import (cells_of, device_fn, dyn_scalar, host_storage_to_device, 
                        adopt_host, dense_copy, host_alias, materialize, read_back, to_cpu_tensor,
                        to_device_array, to_host,
                        to_neuron, typed_scalar, view_values, whole_cell)
-from .views import (apply_flags, perm_plan, read_view, reinterpret, view_flags,  # noqa: F401
+from .views import (apply_flags, canonical_spec, perm_plan, read_view, reinterpret, view_flags,  # noqa: F401
                     view_spec, write_view, write_view_overlapping)

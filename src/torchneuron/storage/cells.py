@@ -472,6 +472,23 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(st))
 
 
+def size_class(v: int, least: int) -> int:
+    """The bucket of size `v`: `least` doubled until it holds `v` (powers of two for
+    16); sizes under half of `least` stay exact (a batch of 2 is not padded to 16).  The
+    size classes of compiled graphs' shape buckets and of bucket-sized cells."""
+    if v * 2 < least:
+        return v
+    c = least
+    while c < v:
+        c *= 2
+    return c
+
+
+def index_dtype(n: int):
+    """The integer dtype of positions in a flat array of `n` elements."""
+    return jnp.int32 if n < 2 ** 31 else jnp.int64
+
+
 def new_storage(cell: Cell) -> torch.UntypedStorage:
     """A new storage at a fresh fake address whose device buffer is `cell`."""
     addr = _alloc_addr(cell.nbytes)

@@ -12,7 +12,7 @@ import torch
 
 from .. import runtime
 from .cells import cell_of, check_room, contiguous_strides, from_array, make_tensor
-from .views import apply_flags, read_view, view_flags, view_spec
+from .views import apply_flags, canonical_spec, read_view, view_flags, view_spec
 
 
 def to_device_array(cpu: torch.Tensor, index: int):
@@ -42,7 +42,7 @@ def materialize(t: torch.Tensor):
     is an argument, so a view at any position shares it."""
     cell = cell_of(t)
     arr = cell.arr
-    dtype, shape, strides, off = view_spec(t)
+    dtype, shape, strides, off = canonical_spec(t)
     flags = view_flags(t)
     key = ("materialize", dtype, shape, strides, off != 0, arr.dtype, arr.shape[0], flags)
     if off:

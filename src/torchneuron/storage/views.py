@@ -23,6 +23,21 @@ def view_spec(t: torch.Tensor):
     return (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
 
+def canonical_spec(t: torch.Tensor):
+    """:func:`view_spec` with the stride of every size-1 dimension replaced by the one
+    a contiguous layout gives it: such a stride never moves the view, so a device
+    function keyed on it (a read or write of a view) serves `x[:, -1:]` of a tensor
+    that grows along dim 1 at every length of one cell."""
+    dtype, shape, strides, off = view_spec(t)
+    if 1 in shape:
+        st = list(strides)
+        for d in reversed(range(len(shape))):
+            if shape[d] == 1:
+                st[d] = st[d + 1] * max(shape[d + 1], 1) if d + 1 < len(shape) else 1
+        strides = tuple(st)
+    return dtype, shape, strides, off
+
+
 def view_flags(t: torch.Tensor) -> int:
     """The lazy conjugate (1) and negative (2) bits of a view: its logical values are
     conj(stored) / -stored.  Ops the Conjugate/Negative fallbacks pass through
