@@ -231,3 +231,36 @@ def test_copies_keep_strides_like_cuda(make):
     d = x.to(DEV)
     assert d.stride() == x.stride()
     assert torch.equal(d.cpu(), x) and d.cpu().stride() == x.stride()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_new_shapes_go_up_and_come_back_without_a_compile(dtype):
+    """A contiguous upload is flattened on the host and a contiguous read takes its
+    buffer whole: 60 new shapes of every dtype (a prompt or a batch of a new length)
+    compile no executable (a device reshape or read function compiled per shape), and
+    the values, shapes and dtypes are the CPU's."""
+    from jax import monitoring
+
+    compiles = []
+
+    def on(event, duration_secs=None, **kw):
+        if event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
+    base = _sample(dtype, (60, 70))
+    torch.zeros(2, device=DEV)  # the device is up before counting
+    monitoring.register_event_duration_secs_listener(on)
+    try:
+        for n in range(1, 61):
+            for x in (base[:2, :n], base[:n, :3], base[:n, :n].reshape(1, n, n),
+                      base[n - 1, n]):
+                # contiguous strides (a copy keeps a size-1 dimension's stride)
+                x = x.reshape(-1).reshape(x.shape)
+                d = x.to(DEV)
+                back = d.cpu()
+                assert back.dtype == x.dtype and back.shape == x.shape, n
+                assert torch.equal(back, x), n
+                assert back.untyped_storage().nbytes() == x.numel() * x.element_size()
+    finally:
+        monitoring.unregister_event_duration_listener(on)
+    assert not compiles, f"{len(compiles)} executables compiled for uploads and reads"

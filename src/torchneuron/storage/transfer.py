@@ -65,8 +65,15 @@ def dense_copy(t: torch.Tensor) -> torch.Tensor:
 
 def to_cpu_tensor(t: torch.Tensor) -> torch.Tensor:
     """A new contiguous CPU tensor with t's values."""
-    if t.numel() == 0:
+    n = t.numel()
+    if n == 0:
         return torch.empty(tuple(t.shape), dtype=t.dtype)
+    cell = whole_cell(t, prefix=True)
+    if cell is not None and cell.numel <= 2 * n:
+        # the flat buffer itself (an exact or a bucket-sized cell): no read function,
+        # which would compile per shape
+        host = to_host(cell.arr, t.dtype)
+        return (host[:n].clone() if cell.numel != n else host).reshape(tuple(t.shape))
     arr = materialize(t)
     return to_host(arr, t.dtype).reshape(tuple(t.shape))
 
@@ -125,8 +132,9 @@ def to_neuron(cpu: torch.Tensor, index: int) -> torch.Tensor:
     """A CPU tensor's values as a new neuron tensor with the same shape (contiguous)."""
     nbytes = cpu.numel() * cpu.element_size()
     check_room(index, nbytes)
-    arr = to_device_array(cpu, index)
-    return make_tensor(arr.reshape(-1), cpu.dtype, tuple(cpu.shape),
+    # flattened on the host: a reshape of the device array would compile per shape
+    arr = to_device_array(cpu.reshape(-1), index)
+    return make_tensor(arr, cpu.dtype, tuple(cpu.shape),
                                contiguous_strides(cpu.shape), 0, index, nbytes)
 
 
