@@ -82,10 +82,11 @@ KNOBS = {k.name: k for k in [
     Knob("TORCHNEURON_TIER_UP_CALLS", "16", "int",
          "calls after which a tier-1 eager executable is compiled again, optimised "
          "(default 16)."),
-    Knob("TORCHNEURON_EAGER_BUCKETS", "1MiB", "bytes",
-         "an eager `cat` whose result is at most this size (default 1MiB) writes it into a bucket-sized buffer (its element count rounded up to a power of "
-         "two), so a tensor grown by one `cat` per step (generated ids, an attention mask, a "
-         "small key/value cache) compiles one executable per bucket, not per length "
+    Knob("TORCHNEURON_EAGER_BUCKETS", "256KiB", "bytes",
+         "a tensor grown by an eager `cat` a step (generated ids, an attention mask, a small "
+         "key/value cache): once a `cat` call signature has shown more than 3 lengths, a "
+         "result of at most this size (default 256KiB) goes into a buffer of its element "
+         "count rounded up to a power of two, one executable per bucket, not per length "
          "(docs/eager.md); `0`: off."),
     Knob("TORCHNEURON_TIER_CHECK", "0", "bool",
          "`1`: compile both tiers of every tiered eager executable at its first call, run both "

@@ -22,6 +22,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 from torch._prims_common import suggest_memory_format
 
 from .. import config, dispatch, runtime, storage
@@ -32,6 +33,27 @@ aten = torch.ops.aten
 _cat = dispatch.lazy_entry(aten.cat.default)
 LEAST = 16  # the smallest bucket (elements)
 LIMIT = config.parse_bytes(config.get("TORCHNEURON_EAGER_BUCKETS"))  # bytes
+CHURN = 3  # lengths along the cat dim a call signature shows before its results bucket
+_lengths: dict = {}  # call signature -> the lengths seen (True once it churns)
+
+
+def _churns(sig, n) -> bool:
+    """Whether cats of signature `sig` (everything but the length along the cat dim)
+    have produced more than CHURN lengths, `n` counted: a growing tensor.  A loop over
+    fixed shapes never gets there, and keeps the lowered op (a concatenation, faster per
+    call than the bucket's copies)."""
+    seen = _lengths.get(sig)
+    if seen is True:
+        return True
+    if seen is None:
+        if len(_lengths) >= 4096:
+            _lengths.clear()
+        seen = _lengths[sig] = set()
+    seen.add(n)
+    if len(seen) > CHURN:
+        _lengths[sig] = True
+        return True
+    return False
 
 
 def _cells(tensors, dim):
@@ -72,31 +94,94 @@ def _cells(tensors, dim):
     return kept, cells, d, tuple(shape)
 
 
-def _gather_cat(k, r, d, cap, it):
+def _gather_cat(k, shape, d, cap, it):
     """The executable's function: k flat cells and each input's view as runtime ints
-    ((k, 2r + 1): shape, strides, storage offset) -> the contiguous result's elements,
-    then zeros, in a flat array of `cap`."""
+    ((k, r + 2): its size along `d`, its strides, its storage offset) -> the contiguous
+    result's elements, then zeros, in a flat array of `cap`.  `shape` is the result's
+    shape with None at `d`: the other sizes are static, so a position's coordinates take
+    one division by a runtime value (the row length) and the rest by constants, and one
+    gather from the inputs' cells laid end to end reads every element."""
+    r = len(shape)
+    outer, trail = shape[:d], shape[d + 1:]
+    inner = math.prod(trail)
 
     def cat(*a):
         arrs, views = a[:k], a[k]
-        along = views[:, d]
-        out = views[0, :r].at[d].set(jnp.sum(along, dtype=it))
+        along = views[:, 0]
+        total = jnp.sum(along, dtype=it)
         p = jnp.arange(cap, dtype=it)
-        coords, rem = [None] * r, p
-        for j in reversed(range(r)):  # the result's coordinates of position p
-            coords[j] = rem % out[j]
-            rem = rem // out[j]
-        res = jnp.zeros((cap,), arrs[0].dtype)
-        start = jnp.zeros((), it)
-        for i in range(k):
-            c = coords[d] - start
-            mine = (c >= 0) & (c < along[i])
-            src = views[i, 2 * r]  # its place in input i's cell
-            for j in range(r):
-                src = src + (c if j == d else coords[j]) * views[i, r + j]
-            res = jnp.where(mine, arrs[i][jnp.where(mine, src, 0)], res)
-            start = start + along[i]
-        return jnp.where(p < jnp.prod(out), res, jnp.zeros((), res.dtype))
+        row = total * inner  # the result's elements per outer position
+        o, j = p // row, p % row
+        c, t = j // inner, j % inner  # the coordinate along d, the trailing position
+        coords = [None] * r
+        coords[d] = c
+        for q in reversed(range(d + 1, r)):  # constant divisors
+            coords[q], t = t % shape[q], t // shape[q]
+        for q in reversed(range(d)):
+            coords[q], o = o % shape[q], o // shape[q]
+        # which input holds position p, and the runtime numbers of that input
+        ends = jnp.cumsum(along)
+        which = jnp.zeros_like(p)
+        for i in range(k - 1):
+            which = which + (c >= ends[i]).astype(it)
+        v = views[which]  # (cap, r + 2)
+        starts = ends - along
+        base = np.cumsum([0] + [x.shape[0] for x in arrs[:-1]]).astype(np.int64)
+        src = jnp.asarray(base, it)[which] + v[:, r + 1]
+        for q in range(r):
+            src = src + ((c - starts[which]) if q == d else coords[q]) * v[:, 1 + q]
+        flat = arrs[0] if k == 1 else jnp.concatenate(arrs)
+        inside = p < row * math.prod(outer)
+        return jnp.where(inside, flat[jnp.where(inside, src, 0)], jnp.zeros((), flat.dtype))
+
+    return cat
+
+
+WINDOW_ROWS = 64  # the most outer positions the windowed copy unrolls
+
+
+def _rows_packed(t, d):
+    """Whether each of t's rows (its elements from dim `d` on, at one outer position) is
+    contiguous in its cell."""
+    expected = 1
+    for q in range(t.dim() - 1, d - 1, -1):
+        if t.shape[q] != 1 and t.stride(q) != expected:
+            return False
+        expected *= t.shape[q]
+    return True
+
+
+def _window_cat(k, shape, d, cap, it):
+    """:func:`_gather_cat` for inputs whose rows are contiguous, as copies: for each
+    outer position (a static count) and input, a window of static length (the longest
+    a row can be) is read at the row's runtime start and written at its runtime place,
+    in order, so each window's spill past its row is overwritten by the next row or
+    lies past the result (cleared at the end).  Linear in the bucket, as a
+    concatenation is."""
+    r = len(shape)
+    outer, trail = shape[:d], shape[d + 1:]
+    inner = math.prod(trail)
+    rows = math.prod(outer)
+    w = cap // rows  # no row of an input is longer than a row of the result
+    ostr = [math.prod(outer[q + 1:]) for q in range(d)]
+
+    def cat(*a):
+        arrs, views = a[:k], a[k]
+        along = views[:, 0]
+        row = jnp.sum(along, dtype=it) * inner
+        srcs = [jnp.concatenate([x, jnp.zeros((w,), x.dtype)]) for x in arrs]
+        res = jnp.zeros((cap + w,), arrs[0].dtype)
+        for o in range(rows):
+            at = o * row
+            for i in range(k):
+                start = views[i, r + 1]
+                for q in range(d):
+                    start = start + ((o // ostr[q]) % outer[q]) * views[i, 1 + q]
+                piece = lax.dynamic_slice(srcs[i], (start,), (w,))
+                res = lax.dynamic_update_slice(res, piece, (at,))
+                at = at + along[i] * inner
+        p = jnp.arange(cap, dtype=it)
+        return jnp.where(p < row * rows, res[:cap], jnp.zeros((), res.dtype))
 
     return cat
 
@@ -111,16 +196,23 @@ def cat(tensors, dim=0):
     numel = math.prod(shape)
     if numel * first.element_size() > LIMIT:
         return _cat(tensors, dim)
+    static = shape[:d] + (None,) + shape[d + 1:]
+    # an input in a bucket-sized cell (an earlier result) is a tensor that grows
+    if not any(c.held > c.nbytes for c in cells) and not _churns(
+            (static, d, len(cells), first.dtype, first.device), shape[d]):
+        return _cat(tensors, dim)
     cap = storage.size_class(numel, LEAST)
-    k, r = len(cells), len(shape)
+    k = len(cells)
     lengths = tuple(c.numel for c in cells)
     it = storage.index_dtype(max(cap, *lengths))
-    key = ("bucket cat", k, r, d, cells[0].dt, lengths, cap)
-    f = storage.device_fn(key, lambda: _gather_cat(k, r, d, cap, it))
+    windows = math.prod(shape[:d]) <= WINDOW_ROWS and all(_rows_packed(t, d) for t in kept)
+    key = ("bucket cat", k, static, d, cells[0].dt, lengths, cap, windows)
+    f = storage.device_fn(key, lambda: (_window_cat if windows else _gather_cat)(
+        k, static, d, cap, it))
     index = first.device.index or 0
     room = cap * first.element_size()
     storage.check_room(index, room)
-    views = np.asarray([(*t.shape, *t.stride(), t.storage_offset()) for t in kept],
+    views = np.asarray([(t.shape[d], *t.stride(), t.storage_offset()) for t in kept],
                        dtype=it)
     arr = runtime.LAST_DISPATCH[index] = f(*(c.arr for c in cells), views)
     return storage.make_tensor(arr, first.dtype, shape, storage.contiguous_strides(shape), 0,
