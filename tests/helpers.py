@@ -264,3 +264,15 @@ def check(fn, *args, atol=None, rtol=None, grad=False, native=True, check_stride
             assert_same(al.grad, el.grad, grad_atol if grad_atol is not None else atol,
                         grad_rtol if grad_rtol is not None else rtol, msg=f"grad[{i}]")
     return actual
+
+
+def tiny_gpt2_pair():
+    """A tiny Hugging Face GPT-2 (2 layers, 4 heads, 64 wide, 1000 tokens) in eval mode on
+    the CPU, and the same weights on the device."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=1000)
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+    d = transformers.GPT2LMHeadModel(cfg).eval()
+    d.load_state_dict(m.state_dict())
+    return m, d.to(DEV)

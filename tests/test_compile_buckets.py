@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import DEV, assert_same
+from helpers import DEV, assert_same, tiny_gpt2_pair
 from torchneuron import compile as tnc
 from torchneuron.compile import buckets
 
@@ -292,13 +292,7 @@ def test_hugging_face_compiled_generate_with_the_dynamic_cache():
     """model.forward compiled, generate() with Hugging Face's dynamic cache: the decoding
     step's growing key/value cache runs in buckets (not a compile per token); the tokens
     equal the CPU's."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=1000)
-    m = transformers.GPT2LMHeadModel(cfg).eval()
-    d = transformers.GPT2LMHeadModel(cfg).eval()
-    d.load_state_dict(m.state_dict())
-    d = d.to(DEV)
+    m, d = tiny_gpt2_pair()
     d.forward = torch.compile(d.forward, backend="neuron")
     kw = dict(max_new_tokens=30, min_new_tokens=30, do_sample=False)
     for n in (6, 11):  # a second prompt length: the prefill's length becomes symbolic

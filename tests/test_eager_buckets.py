@@ -4,7 +4,7 @@ CPU's (values, shape, strides, storage size, errors)."""
 import pytest
 import torch
 
-from helpers import DEV, assert_same
+from helpers import DEV, assert_same, tiny_gpt2_pair
 from torchneuron import storage
 from torchneuron.dispatch import entry
 from torchneuron.kernels import shape as shape_kernels
@@ -245,15 +245,9 @@ def test_hugging_face_eager_generate_grows_its_ids_in_buckets():
     """tiny GPT-2 `generate()` (dynamic cache, 70 tokens) with no host fallback: the
     ids, the attention mask and the key/value cache grow by bucket-sized cats, never
     one lowered cat per length; the tokens equal the CPU's."""
-    transformers = pytest.importorskip("transformers")
     import torchneuron
 
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=1000)
-    m = transformers.GPT2LMHeadModel(cfg).eval()
-    d = transformers.GPT2LMHeadModel(cfg).eval()
-    d.load_state_dict(m.state_dict())
-    d = d.to(DEV)
+    m, d = tiny_gpt2_pair()
     ids = torch.randint(0, 1000, (1, 9), generator=torch.Generator().manual_seed(9))
     kw = dict(max_new_tokens=70, min_new_tokens=70, do_sample=False)
     want = m.generate(ids, **kw)

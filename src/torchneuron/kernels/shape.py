@@ -3,17 +3,22 @@ ids and the attention mask of a `generate()` loop, a small key/value cache) cost
 executable per bucket, not one per length.
 
 A lowered op's executable is keyed on its inputs' shapes, so `torch.cat([ids, new], 1)`
-compiles again at every length.  Here a `cat` whose result is at most
-``TORCHNEURON_EAGER_BUCKETS`` bytes writes it into a *bucket-sized cell*
-(storage/cells.py: the true elements first, in order, then unused room) whose length is
-the result's element count rounded up to a power of two.  The executable takes each
-input's shape, strides and storage offset as runtime values and is keyed on the inputs'
-cell lengths and the bucket, so when the result is fed back (its cell the bucket's
-length) the next `cat` finds the same executable until the bucket is full.  Each
-element is gathered from its input, so the values are exactly the lowering's.
-Everything else takes the lowered op, which also gives PyTorch's errors: mixed dtypes
-or devices, empty or zero-dimensional inputs, lazy conjugate/negative views, a
-channels-last result, a result over the limit, fused eager mode.
+compiles again at every length.  Here, once a call signature (everything but the length
+along the cat dim) has shown more than ``CHURN`` lengths, or when an input is already in
+a bucket-sized cell, a result of at most ``TORCHNEURON_EAGER_BUCKETS`` bytes goes into a
+*bucket-sized cell* (storage/cells.py: the true elements first, in order, then unused
+room) whose length is the result's element count rounded up to a power of two.  The
+executable takes each input's length along the cat dim, strides and storage offset as
+runtime values and is keyed on the other sizes, the inputs' cell lengths and the
+bucket, so when the result is fed back (its cell the bucket's length) the next `cat`
+finds the same executable until the bucket is full.  It copies rows in windows where
+each input's rows are contiguous and there are at most ``WINDOW_ROWS`` of them, else
+gathers every element; either way the values are exactly the lowering's.  A loop over
+fixed shapes keeps the lowered op (a concatenation: faster per call than the bucket's
+copies, bench/growing_cat.py).  Everything else takes the lowered op too, which also
+gives PyTorch's errors: mixed dtypes or devices, empty or zero-dimensional inputs, lazy
+conjugate/negative views, a channels-last result, a result over the limit, fused eager
+mode.
 """
 from __future__ import annotations
 
