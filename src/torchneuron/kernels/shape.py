@@ -4,8 +4,7 @@ executable per bucket, not one per length.
 
 A lowered op's executable is keyed on its inputs' shapes, so `torch.cat([ids, new], 1)`
 compiles again at every length.  Here, once a call signature (everything but the length
-along the cat dim) has shown more than ``CHURN`` lengths, or when an input is already in
-a bucket-sized cell, a result of at most ``TORCHNEURON_EAGER_BUCKETS`` bytes goes into a
+along the cat dim) has shown more than ``CHURN`` lengths, a result of at most ``TORCHNEURON_EAGER_BUCKETS`` bytes goes into a
 *bucket-sized cell* (storage/cells.py: the true elements first, in order, then unused
 room) whose length is the result's element count rounded up to a power of two.  The
 executable takes each input's length along the cat dim, strides and storage offset as
@@ -61,9 +60,10 @@ def _churns(sig, n) -> bool:
     return False
 
 
-def _cells(tensors, dim):
-    """(the inputs that count, their cells, the canonical dim, the result's shape) when
-    the call can take a bucket-sized result, else None."""
+def _plan(tensors, dim):
+    """(the inputs that count, the canonical dim, the result's shape) when the call can
+    take a bucket-sized result, else None (no storage touched: the hot path of every
+    `cat`)."""
     if not isinstance(tensors, (list, tuple)) or len(tensors) < 2 or type(dim) is not int \
             or not all(isinstance(t, torch.Tensor) for t in tensors):
         return None
@@ -81,22 +81,30 @@ def _cells(tensors, dim):
         return None
     d = dim % r
     shape = list(first.shape)
-    jd = runtime.jdtype(first.dtype)
-    cells, n = [], 0
+    n = 0
     for t in kept:
         if t.dim() != r or not t.numel() or t.is_conj() or t.is_neg():
             return None
         if any(a != b for i, (a, b) in enumerate(zip(t.shape, shape)) if i != d):
             return None
-        if r in (4, 5) and suggest_memory_format(t) != torch.contiguous_format:
+        n += t.shape[d]
+    shape[d] = n
+    return kept, d, tuple(shape)
+
+
+def _cells(kept):
+    """The inputs' cells, or None where one is not a plain cell of their dtype or the
+    result would be channels-last."""
+    jd = runtime.jdtype(kept[0].dtype)
+    cells = []
+    for t in kept:
+        if t.dim() in (4, 5) and suggest_memory_format(t) != torch.contiguous_format:
             return None  # PyTorch's result follows the inputs' channels-last layout
         cell = getattr(t.untyped_storage(), "_tn_cell", None)
         if type(cell) is not storage.Cell or cell.dt != jd:
             return None
         cells.append(cell)
-        n += t.shape[d]
-    shape[d] = n
-    return kept, cells, d, tuple(shape)
+    return cells
 
 
 def _gather_cat(k, shape, d, cap, it):
@@ -193,18 +201,18 @@ def _window_cat(k, shape, d, cap, it):
 
 @dispatch.kernel("cat.default")
 def cat(tensors, dim=0):
-    found = None if _lazy.fused or not LIMIT else _cells(tensors, dim)
+    found = None if _lazy.fused or not LIMIT else _plan(tensors, dim)
     if found is None:
         return _cat(tensors, dim)
-    kept, cells, d, shape = found
+    kept, d, shape = found
     first = kept[0]
     numel = math.prod(shape)
-    if numel * first.element_size() > LIMIT:
-        return _cat(tensors, dim)
     static = shape[:d] + (None,) + shape[d + 1:]
-    # an input in a bucket-sized cell (an earlier result) is a tensor that grows
-    if not any(c.held > c.nbytes for c in cells) and not _churns(
-            (static, d, len(cells), first.dtype, first.device), shape[d]):
+    if numel * first.element_size() > LIMIT or not _churns(
+            (static, d, len(kept), first.dtype, first.device), shape[d]):
+        return _cat(tensors, dim)
+    cells = _cells(kept)
+    if cells is None:
         return _cat(tensors, dim)
     cap = storage.size_class(numel, LEAST)
     k = len(cells)
