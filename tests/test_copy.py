@@ -264,3 +264,20 @@ def test_new_shapes_go_up_and_come_back_without_a_compile(dtype):
     finally:
         monitoring.unregister_event_duration_listener(on)
     assert not compiles, f"{len(compiles)} executables compiled for uploads and reads"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_upload_does_not_alias_its_source(dtype):
+    """Writes to the CPU tensor after an upload never show on the device: XLA:CPU would
+    keep a numpy array's memory as the device buffer (1-d uploads did, until 2026-12-07)."""
+    for shape in [(7,), (3, 5), ()]:
+        src = _sample(dtype, shape)
+        keep = src.clone()
+        ups = [src.to(DEV), torch.empty(shape, dtype=dtype, device=DEV).copy_(src),
+               torch.as_tensor(src, device=DEV)]
+        st = src.untyped_storage().to(device=DEV)
+        src.zero_() if dtype != torch.bool else src.logical_not_()
+        for d in ups:
+            assert torch.equal(d.cpu(), keep), (shape, d)
+        back = torch.empty(0, dtype=dtype).set_(st.cpu()).view(shape)
+        assert torch.equal(back, keep), shape

@@ -20,6 +20,10 @@ def to_device_array(cpu: torch.Tensor, index: int):
     if cpu.dtype == torch.bool or cpu.dtype in runtime._HOST_VIA or not cpu.is_contiguous():
         cpu = cpu.contiguous()
     a = runtime.torch_to_numpy(cpu.resolve_conj().resolve_neg())
+    if runtime.platform() == "cpu":
+        # XLA:CPU keeps a numpy array's memory as the device buffer (may_alias=False or
+        # not, jax 0.10), so the CPU tensor's later writes would show on the device
+        a = a.copy()
     arr = runtime.LAST_DISPATCH[index] = jax.device_put(a, runtime.jax_device(index),
                                                         may_alias=False)
     return arr
